@@ -1,0 +1,154 @@
+"""The uniform result type of every check family, and the JSON report.
+
+Every family emits :class:`Finding` objects of one shape (DESIGN.md,
+"Checks: results, report, exit codes"). A family that ran and found nothing
+emits one ``<prefix>.ok`` finding with status ``pass``; a family that could not
+run emits one ``skip`` finding with the reason (:func:`ok`, :func:`skip`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "porting-kit/report/1"
+STATUSES = ("pass", "fail", "warn", "skip")
+
+#: Exit codes (DESIGN.md): 0 everything that ran passed (warn and skip allowed),
+#: 1 a comparison ran and found a fault, 2 the tool could not run.
+EXIT_OK, EXIT_FAULT, EXIT_INPUT = 0, 1, 2
+
+
+@dataclass
+class Where:
+    """Where a finding is located.
+
+    ``reference`` / ``candidate`` are module names (``model.layers.0.self_attn``)
+    or ``None``; ``samples`` is ``[start, end)`` in audio samples or ``None``.
+    """
+
+    reference: str | None = None
+    candidate: str | None = None
+    samples: list[int] | None = None
+
+
+@dataclass
+class Finding:
+    """One result of one check family.
+
+    Attributes
+    ----------
+    check : str
+        The family prefix: ``parity``, ``rope``, ``norm``, ``config``, ``hop``,
+        ``channel``, ``dtype``, ``rng``, ``lifecycle`` (``lint`` for hooks).
+    code : str
+        Stable fault code, e.g. ``rope.theta_mismatch``; ``<prefix>.ok`` on pass.
+    status : str
+        One of ``pass``, ``fail``, ``warn``, ``skip``.
+    message : str
+        One sentence a person can act on.
+    evidence : dict
+        Flat dict of numbers and strings (no nesting; lists of numbers allowed
+        for short series such as per-position errors).
+    where : Where
+        Module names on each side and/or a sample range.
+    hint : str
+        The fix.
+    """
+
+    check: str
+    code: str
+    status: str
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    where: Where = field(default_factory=Where)
+    hint: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+        if not self.code.startswith(self.check + "."):
+            raise ValueError(f"code {self.code!r} must start with its check prefix {self.check!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["evidence"] = {k: _jsonable(v) for k, v in self.evidence.items()}
+        return d
+
+
+def ok(check: str, message: str = "", evidence: dict[str, Any] | None = None) -> Finding:
+    """The single ``<check>.ok`` pass finding of a family that ran and found nothing."""
+    return Finding(check, f"{check}.ok", "pass", message or f"{check}: no fault found.",
+                   evidence or {})
+
+
+def skip(check: str, reason: str) -> Finding:
+    """The single ``<check>.skipped`` finding of a family that could not run; ``reason`` says why."""
+    return Finding(check, f"{check}.skipped", "skip", reason)
+
+
+def _jsonable(v: Any) -> Any:
+    """Numbers and strings as JSON accepts them: NaN/Inf become strings, tensors/arrays lists."""
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if isinstance(v, float):
+        return v if math.isfinite(v) else str(v)
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (str, int, bool)) or v is None:
+        return v
+    return str(v)
+
+
+@dataclass
+class Report:
+    """The result of one command: findings, first divergence, timing.
+
+    ``status`` is ``fail`` iff some finding has status ``fail``. ``timing`` is
+    the only non-deterministic part (seconds per stage).
+    """
+
+    command: str
+    findings: list[Finding] = field(default_factory=list)
+    first_divergence: dict[str, Any] | None = None
+    timing: dict[str, float] = field(default_factory=dict)
+    #: Extra data for notebooks and plots (not serialised): e.g. the aligned-module table.
+    extras: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def status(self) -> str:
+        return "fail" if any(f.status == "fail" for f in self.findings) else "pass"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FAULT if self.status == "fail" else EXIT_OK
+
+    def codes(self, status: str | None = None) -> list[str]:
+        """Codes of all findings (or only those with ``status``), in report order."""
+        return [f.code for f in self.findings if status is None or f.status == status]
+
+    def by_code(self, code: str) -> list[Finding]:
+        return [f for f in self.findings if f.code == code]
+
+    def to_dict(self) -> dict[str, Any]:
+        fd = None
+        if self.first_divergence is not None:
+            fd = {k: (_jsonable(v) if k != "metric" else {mk: _jsonable(mv) for mk, mv in v.items()})
+                  for k, v in self.first_divergence.items()}
+        return {
+            "schema": SCHEMA,
+            "command": self.command,
+            "status": self.status,
+            "first_divergence": fd,
+            "findings": [f.to_dict() for f in self.findings],
+            "timing": {k: round(float(v), 6) for k, v in self.timing.items()},
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        """Write the report (schema ``porting-kit/report/1``) atomically to ``path``."""
+        from porting_kit.fsutil import atomic_write_text
+
+        atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")

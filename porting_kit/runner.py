@@ -1,0 +1,105 @@
+"""Run the check families of a spec and collect one :class:`~porting_kit.findings.Report`.
+
+This is the one library call behind ``porting-kit check``, the notebooks and
+the tests: :func:`run_check`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Callable, Iterable
+
+from porting_kit.context import CheckContext
+from porting_kit.errors import InputError
+from porting_kit.findings import Finding, Report, skip
+from porting_kit.spec import Spec, load_spec
+
+#: Family prefix -> module under porting_kit.checks, in run order (static config first,
+#: then parity, the diagnoses that explain its divergence, audio, then the engine contract).
+FAMILIES: dict[str, str] = {
+    "config": "config",
+    "parity": "parity",
+    "rope": "rope",
+    "norm": "norm",
+    "hop": "hop_length",
+    "channel": "channel_mix",
+    "dtype": "dtype",
+    "rng": "rng",
+    "lifecycle": "lifecycle",
+}
+
+
+def parse_only(only: str | Iterable[str] | None) -> list[str]:
+    """``"rope,norm"`` -> ``["rope", "norm"]`` in run order. Raises InputError for unknown names."""
+    if only is None:
+        return list(FAMILIES)
+    names = [s.strip() for s in (only.split(",") if isinstance(only, str) else only) if s.strip()]
+    unknown = [n for n in names if n not in FAMILIES]
+    if unknown:
+        raise InputError(f"--only: unknown check family {', '.join(unknown)}; "
+                         f"known: {', '.join(FAMILIES)}")
+    return [f for f in FAMILIES if f in names]
+
+
+def run_check(spec: Spec | str | None = None, *, example: str | None = None,
+              variant: str | None = None, only: str | Iterable[str] | None = None,
+              device: str = "cpu", dtype: str | None = None,
+              progress: Callable[[str], None] | None = None) -> Report:
+    """Run every check family that the spec can serve and return the report.
+
+    Parameters
+    ----------
+    spec : Spec or str or None
+        A loaded spec, a path to a spec file, or ``None`` for the embedded
+        default example (or ``example``).
+    example, variant : str, optional
+        See :func:`porting_kit.spec.load_spec`.
+    only : str or list of str, optional
+        Restrict to these families (``"parity,rope"``).
+    device : str
+        Torch device for the models and inputs (``"cpu"``, ``"cuda"``).
+    dtype : str, optional
+        Serving dtype (``float32``, ``bfloat16``, ``float16``); default keeps the
+        models' dtype. Tolerances follow the dtype.
+    progress : callable, optional
+        Called with a short text as each family starts.
+
+    Returns
+    -------
+    Report
+        ``report.status`` is ``fail`` iff a finding failed; ``report.exit_code``
+        is 0 or 1.
+
+    Raises
+    ------
+    InputError
+        The tool could not run (exit 2): bad spec, weights that cannot be
+        loaded, unknown family or dtype.
+    """
+    if not isinstance(spec, Spec):
+        spec = load_spec(spec, example=example, variant=variant)
+    families = parse_only(only)
+    ctx = CheckContext(spec=spec, device=device, dtype=dtype,
+                       progress=progress or (lambda text: None))
+    ctx.torch_dtype()  # validate the dtype name before any work
+    report = Report(command="check")
+    t_all = time.perf_counter()
+    for fam in families:
+        ctx.progress(fam)
+        t0 = time.perf_counter()
+        try:
+            module = importlib.import_module(f"porting_kit.checks.{FAMILIES[fam]}")
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("porting_kit.checks"):
+                report.findings.append(skip(fam, f"check family {fam!r} is not available"))
+                continue
+            raise InputError(f"check family {fam!r} needs the package {exc.name!r}; "
+                             "install porting-kit[torch,audio]") from exc
+        findings: list[Finding] = module.run(ctx)
+        report.findings.extend(findings)
+        report.timing[fam] = time.perf_counter() - t0
+    report.timing["total"] = time.perf_counter() - t_all
+    report.first_divergence = ctx.first_divergence
+    report.extras = ctx.extras
+    return report

@@ -1,0 +1,210 @@
+"""Port specs: the small Python file that describes a port (DESIGN.md, "The port spec").
+
+A spec is a plain module. Required for layer parity: ``reference()``,
+``candidate()``, ``inputs()``. Optional names: ``convert_weights``,
+``run_reference`` / ``run_candidate``, ``module_map``, ``tolerances``, the audio
+names, ``engine_model``, ``synthesize_candidate`` / ``synthesize_reference``,
+``reference_config`` / ``candidate_config``. A spec that only defines the
+generator-style names (``engine_model`` or ``synthesize_candidate``) is valid:
+parity is then reported as ``skip``.
+
+Variants (planted faults)
+-------------------------
+A spec may declare ``VARIANTS = {"name": "one-line description", ...}`` and a
+module global ``VARIANT = None``. ``load_spec(path, variant="name")`` imports the
+module, checks the name is declared and sets ``module.VARIANT = "name"`` before
+any spec function runs; the spec's functions read ``VARIANT`` to plant their
+fault. On the command line: ``porting-kit check SPEC --variant NAME`` or
+``porting-kit check --example tts:NAME`` for the embedded examples.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from porting_kit.errors import InputError
+
+PARITY_NAMES = ("reference", "candidate", "inputs")
+GENERATOR_NAMES = ("engine_model", "synthesize_candidate")
+
+#: Embedded examples: name -> module path. The first is the default.
+EMBEDDED = {
+    "tts": "porting_kit.embedded.tts",
+    "generator": "porting_kit.embedded.generator",
+}
+DEFAULT_EXAMPLE = "tts"
+
+
+@dataclass
+class Spec:
+    """A loaded port spec.
+
+    Attributes
+    ----------
+    module : ModuleType
+        The imported spec module; optional names are read from it with :meth:`get`.
+    name : str
+        Display name: the file path, or ``example:<name>`` for an embedded one.
+    variant : str | None
+        The planted-fault variant in force, if any.
+    """
+
+    module: ModuleType
+    name: str
+    variant: str | None = None
+
+    def get(self, attr: str, default: Any = None) -> Any:
+        """The spec's optional name ``attr``, or ``default`` when it does not define it."""
+        return getattr(self.module, attr, default)
+
+    def has(self, attr: str) -> bool:
+        return hasattr(self.module, attr)
+
+    @property
+    def has_parity(self) -> bool:
+        """True when the spec defines the parity trio ``reference``/``candidate``/``inputs``."""
+        return all(callable(getattr(self.module, n, None)) for n in PARITY_NAMES)
+
+    @property
+    def variants(self) -> dict[str, str]:
+        return dict(getattr(self.module, "VARIANTS", {}) or {})
+
+    def call(self, attr: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the spec function ``attr``; an exception inside it becomes :class:`InputError`
+        naming the spec and the function (the tool could not run)."""
+        fn: Callable[..., Any] | None = getattr(self.module, attr, None)
+        if not callable(fn):
+            raise InputError(f"{self.name}: spec does not define {attr}()")
+        try:
+            return fn(*args, **kwargs)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported as one line, exit 2
+            raise InputError(f"{self.name}: {attr}() raised {type(exc).__name__}: {exc}") from exc
+
+
+def _import_file(path: Path) -> ModuleType:
+    mod_name = f"porting_kit_spec_{path.stem}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"{path}: not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    # Let a spec import helpers that sit beside it.
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001
+        sys.modules.pop(mod_name, None)
+        raise InputError(f"{path}: spec failed to import: {type(exc).__name__}: {exc}") from exc
+    finally:
+        try:
+            sys.path.remove(str(path.parent))
+        except ValueError:
+            pass
+    return module
+
+
+def load_spec(path: str | Path | None = None, *, example: str | None = None,
+              variant: str | None = None) -> Spec:
+    """Import a port spec file, or an embedded example.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        A ``.py`` spec file. With neither ``path`` nor ``example``, the embedded
+        default example (``tts``) is used.
+    example : str, optional
+        An embedded example name, optionally with a variant: ``"tts"``,
+        ``"tts:qk_not_permuted"``.
+    variant : str, optional
+        A planted-fault variant declared in the spec's ``VARIANTS``.
+
+    Returns
+    -------
+    Spec
+
+    Raises
+    ------
+    InputError
+        Missing or unreadable file, import failure, unknown example or
+        variant, or a spec with neither the parity trio nor a generator-style
+        name (``engine_model`` / ``synthesize_candidate``). A spec that defines
+        some but not all of the parity trio and nothing else is also rejected,
+        naming the missing function.
+    """
+    if path is not None and example is not None:
+        raise InputError("give a SPEC path or --example, not both")
+    if path is None:
+        ex = example or DEFAULT_EXAMPLE
+        ex_name, _, ex_variant = ex.partition(":")
+        if ex_variant:
+            if variant and variant != ex_variant:
+                raise InputError(f"--example {ex} and --variant {variant} disagree")
+            variant = ex_variant
+        if ex_name not in EMBEDDED:
+            raise InputError(f"unknown example {ex_name!r}; known: {', '.join(EMBEDDED)} "
+                             "(run `porting-kit examples`)")
+        module = importlib.import_module(EMBEDDED[ex_name])
+        module = importlib.reload(module)  # fresh globals: VARIANT from a previous load is gone
+        name = f"example:{ex_name}"
+    else:
+        p = Path(path)
+        if not p.exists():
+            raise InputError(f"{p}: spec file not found")
+        if p.is_dir():
+            raise InputError(f"{p}: is a directory; give a port spec .py file")
+        if p.suffix != ".py":
+            raise InputError(f"{p}: a port spec is a Python file ending in .py")
+        try:
+            p.read_bytes()
+        except OSError as exc:
+            raise InputError(f"{p}: cannot read spec file: {exc.strerror}") from exc
+        module = _import_file(p)
+        name = str(p)
+    spec = Spec(module=module, name=name)
+    if variant is not None:
+        known = spec.variants
+        if variant not in known:
+            listed = ", ".join(sorted(known)) or "none"
+            raise InputError(f"{name}: unknown variant {variant!r}; this spec declares: {listed}")
+        module.VARIANT = variant
+        spec.variant = variant
+    _validate(spec)
+    return spec
+
+
+def _validate(spec: Spec) -> None:
+    present = [n for n in PARITY_NAMES if spec.has(n)]
+    for n in present + [n for n in GENERATOR_NAMES if spec.has(n)]:
+        if not callable(spec.get(n)):
+            raise InputError(f"{spec.name}: `{n}` must be a function")
+    has_generator = any(spec.has(n) for n in GENERATOR_NAMES)
+    missing = [n for n in PARITY_NAMES if n not in present]
+    if missing and not has_generator:
+        if present:
+            raise InputError(f"{spec.name}: spec lacks required {', '.join(m + '()' for m in missing)}")
+        raise InputError(f"{spec.name}: spec defines none of reference()/candidate()/inputs() "
+                         "nor engine_model()/synthesize_candidate(); nothing to check")
+
+
+def list_examples() -> list[tuple[str, str]]:
+    """All embedded examples and their variants as ``(name, description)`` rows,
+    variants written ``example:variant``."""
+    rows: list[tuple[str, str]] = []
+    for ex_name, mod_path in EMBEDDED.items():
+        try:
+            module = importlib.import_module(mod_path)
+        except ModuleNotFoundError:
+            continue
+        rows.append((ex_name, (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else ""))
+        for v, desc in (getattr(module, "VARIANTS", {}) or {}).items():
+            rows.append((f"{ex_name}:{v}", desc))
+    return rows
