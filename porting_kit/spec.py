@@ -142,6 +142,7 @@ def load_spec(path: str | Path | None = None, *, example: str | None = None,
     """
     if path is not None and example is not None:
         raise InputError("give a SPEC path or --example, not both")
+    _guard_imports()
     if path is None:
         ex = example or DEFAULT_EXAMPLE
         ex_name, _, ex_variant = ex.partition(":")
@@ -179,6 +180,15 @@ def load_spec(path: str | Path | None = None, *, example: str | None = None,
         spec.variant = variant
     _validate(spec)
     return spec
+
+
+def _guard_imports() -> None:
+    """Specs import transformers; keep a broken torchaudio from breaking that."""
+    try:
+        from porting_kit.adapters.torchaudio_guard import ensure_importable
+    except ImportError:  # pragma: no cover
+        return
+    ensure_importable()
 
 
 def _validate(spec: Spec) -> None:

@@ -1,0 +1,848 @@
+"""Drive a generator-style model through vLLM-Omni 0.30.0's AR-runner calling contract.
+
+The single-stage AR ("generator") shape -- MOSS-TTS-Nano in vLLM-Omni 0.30.0 -- keeps
+per-request state across engine steps. Its faults only show when the model is
+called the way the engine calls it, so this module reproduces that call sequence
+on CPU, without vLLM: :class:`EngineDriver` (one engine, step by step) and
+:func:`run_contract_suite` (the scenarios the ``rng`` / ``lifecycle`` checks judge).
+It records facts only (what was called, what came back, which global RNG moved);
+the checks in ``porting_kit/checks/rng.py`` and ``lifecycle.py`` judge them.
+
+Call sequence followed (vllm-omni 0.30.0 wheel, paths under ``vllm_omni/``)
+--------------------------------------------------------------------------
+Per real engine step, ``EngineDriver.step()`` does what
+``worker/gpu_ar_model_runner.py: GPUARModelRunner.execute_model`` does:
+
+1. ``model.on_requests_finished(finished_req_ids)`` -- called from
+   ``execute_model`` right after ``_update_states`` whenever
+   ``scheduler_output.finished_req_ids`` is non-empty and the model has the
+   method (``hasattr``). The set holds every request that left the batch since
+   the previous step: those finished by EOS *and* those aborted. It is called
+   even when no request is left to run (before the ``num_scheduled_tokens <= 0``
+   early return).
+2. ``model.forward(input_ids=, positions=, intermediate_tensors=None,
+   inputs_embeds=None, runtime_additional_information=list[dict],
+   model_intermediate_buffer=list[dict])`` -- ``worker/gpu_model_runner.py:
+   _model_forward`` -> ``_build_model_kwargs_extra`` ->
+   ``_gather_runtime_additional_information``: one dict per row in
+   ``input_batch.req_ids`` order, the *same* dict object every step (it lives
+   in ``model_intermediate_buffer[req_id]``), with ``generated_len`` (number of
+   output tokens so far) refreshed each step. Values arrive as the request
+   adapter built them: one-element lists (``entrypoints/openai/tts_adapters/
+   moss_tts.py: _build_moss_tts_params / build``: ``"text": [input]``,
+   ``"seed": [int(seed)]``) and ``global_request_id: [request_id]``
+   (``engine/async_engine_utils.py: inject_global_id``). The worker's request
+   id equals the global id here (``entrypoints/async_omni.py: generate`` makes
+   ``<id>-<8 hex>`` once and both carry it), so ``on_requests_finished``
+   receives the string that ``global_request_id`` wraps.
+3. ``extract_multimodal_outputs`` (``worker/gpu_model_runner.py``): when the
+   model sets ``have_multimodal_outputs`` and returns an ``OmniOutput``
+   (``model_executor/models/output_templates.py``: ``text_hidden_states``,
+   ``multimodal_outputs``, ...), the hidden states and the ``multimodal_outputs``
+   dict are split; a bare tensor gives ``{}``. The served audio of row ``i`` is
+   ``multimodal_outputs["model_outputs"][i]`` (a list per row, or a tensor whose
+   first dimension is the rows -- ``worker/output/payload_build.py:
+   build_omni_mm_payload`` / ``utils/mm_outputs.py: to_payload_element``), the
+   key ``entrypoints/openai/serving_speech.py`` reads (``"audio"`` or
+   ``"model_outputs"``).
+4. ``model.compute_logits(sample_hidden_states, sampling_metadata=...)`` with a
+   ``TypeError`` fallback to ``compute_logits(sample_hidden_states)``, where
+   ``sample_hidden_states = hidden_states[logits_indices]`` (the last token of
+   each row). The driver samples greedily (the model forces the logits) and a
+   row whose token is a stop token (``stop_token_ids: [2]`` in
+   ``model_executor/models/moss_tts_nano/pipeline.py``) finishes; it leaves the
+   batch and is reported through step 1 of the next step.
+
+Dummy/profile calls (``EngineDriver.dummy_run``): the AR runner's
+``_dummy_run`` (``worker/gpu_model_runner.py``) goes through the same
+``_model_forward`` with an empty input batch, so the model sees
+``runtime_additional_information=[]`` and ``num_tokens`` rows of input ids; the
+generation runner (``worker/gpu_generation_model_runner.py: _dummy_run``) passes
+``model.get_dummy_runtime_additional_information(num_reqs)`` -- rows flagged
+``{"_is_dummy": True}`` -- when the model defines it. The driver makes both calls,
+then ``compute_logits`` on the dummy rows: every row must come back EOS.
+
+Batch order: vLLM's persistent ``InputBatch`` fills holes left by finished
+requests and condenses/reorders rows, so a request's row index changes from step
+to step. ``order="shuffle"`` permutes the rows every step (a seeded local
+``random.Random``, never the global one); ``"fifo"`` keeps arrival order.
+
+Global RNG: with ``track_rng=True`` the driver snapshots the process RNGs (torch
+CPU, torch CUDA when initialised, numpy's global ``RandomState``, Python
+``random``) around every model call and records which ones the call changed.
+
+Temporary files: every model call runs with ``tempfile.tempdir`` pointed at a
+private directory owned by the driver (restored after the call), so files a
+model stages with :mod:`tempfile` (MOSS-TTS-Nano writes one WAV per request) can
+be counted: :meth:`EngineDriver.temp_files`.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import types
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+#: Stop token of the single-stage AR TTS pipeline (moss_tts_nano/pipeline.py ``stop_token_ids``).
+DEFAULT_EOS_TOKEN_ID = 2
+#: Placeholder prompt of the MOSS-TTS adapter (``tokens_input(prompt_token_ids=[1])``).
+PROMPT_TOKEN_ID = 1
+RNG_NAMES = ("torch_cpu", "torch_cuda", "numpy", "python")
+
+
+# ----------------------------------------------------------------------------
+# Process RNG state
+# ----------------------------------------------------------------------------
+
+def capture_rng_state() -> dict[str, Any]:
+    """Snapshot the process-wide RNGs.
+
+    Returns
+    -------
+    dict
+        ``{"torch_cpu": ByteTensor, "torch_cuda": list[ByteTensor] | None,
+        "numpy": tuple | None, "python": tuple}``. CUDA is read only when it is
+        already initialised (reading it never initialises CUDA); numpy only when
+        importable.
+    """
+    import torch
+
+    state: dict[str, Any] = {"torch_cpu": torch.get_rng_state(), "torch_cuda": None,
+                             "numpy": None, "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["torch_cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy as np
+
+        state["numpy"] = np.random.get_state()
+    except ImportError:  # pragma: no cover - numpy ships with torch extras
+        pass
+    return state
+
+
+def rng_state_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Names (from :data:`RNG_NAMES`) of the RNGs whose state differs between two snapshots."""
+    import torch
+
+    changed = []
+    if not torch.equal(before["torch_cpu"], after["torch_cpu"]):
+        changed.append("torch_cpu")
+    bc, ac = before["torch_cuda"], after["torch_cuda"]
+    if bc is not None and ac is not None and (
+            len(bc) != len(ac) or any(not torch.equal(x, y) for x, y in zip(bc, ac))):
+        changed.append("torch_cuda")
+    bn, an = before["numpy"], after["numpy"]
+    if bn is not None and an is not None:
+        import numpy as np
+
+        if bn[0] != an[0] or not np.array_equal(bn[1], an[1]) or tuple(bn[2:]) != tuple(an[2:]):
+            changed.append("numpy")
+    if before["python"] != after["python"]:
+        changed.append("python")
+    return changed
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Put back a snapshot taken by :func:`capture_rng_state`."""
+    import torch
+
+    torch.set_rng_state(state["torch_cpu"])
+    if state["torch_cuda"] is not None:
+        torch.cuda.set_rng_state_all(state["torch_cuda"])
+    if state["numpy"] is not None:
+        import numpy as np
+
+        np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+def seed_process_rngs(seed: int = 0) -> None:
+    """Put every process RNG in a fixed state (torch CPU/CUDA, numpy, ``random``).
+
+    The checks call this before each scenario run, so a model that (wrongly) draws
+    from the global RNG is still reproducible run to run -- and its fault then
+    shows as crosstalk between interleaved requests, as it does in a seeded server.
+    """
+    import torch
+
+    torch.manual_seed(seed)  # also seeds every CUDA device when CUDA is initialised
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+@contextmanager
+def preserved_rng_state() -> Iterator[None]:
+    """Context manager: whatever happens inside, the process RNGs end as they began."""
+    saved = capture_rng_state()
+    try:
+        yield
+    finally:
+        restore_rng_state(saved)
+
+
+# ----------------------------------------------------------------------------
+# Records
+# ----------------------------------------------------------------------------
+
+@dataclass
+class EngineRequest:
+    """One TTS request as the engine hands it to the model.
+
+    Attributes
+    ----------
+    request_id : str
+        The global request id (``global_request_id``; also the worker's req id).
+    text : str
+        Text to speak (``text``).
+    seed : int or None
+        Sampling seed (``seed``), as the MOSS-TTS adapter forwards ``request.seed``.
+    extra : dict
+        More ``additional_information`` keys (e.g. ``audio_temperature``,
+        ``audio_top_k``, ``max_new_frames``, ``mode``); wrapped in one-element
+        lists like the real adapter.
+    arrival_step : int
+        Engine step at which the request joins the batch (0 = first step).
+    """
+
+    request_id: str
+    text: str
+    seed: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    arrival_step: int = 0
+
+
+@dataclass
+class ForwardCall:
+    """What one model call took and returned.
+
+    Attributes
+    ----------
+    step : int
+        Engine step (``-1`` for dummy/profile calls).
+    kind : str
+        ``"step"``, ``"profile"`` (``runtime_additional_information=[]``) or
+        ``"dummy"`` (rows flagged ``_is_dummy``).
+    req_ids : list of str
+        Batch rows in order (empty for dummy calls).
+    chunk_index : list of int
+        For each row, how many chunks that request had received before this step.
+    finished_notified : list of str
+        Ids passed to ``on_requests_finished`` at the start of this step.
+    outputs : list
+        Per row: the ``model_outputs`` element (a tensor) or ``None`` when absent.
+    model_outputs_problem : str or None
+        Why ``model_outputs`` could not be read for every row (``None`` when fine).
+    eos : list of bool
+        Per row: did ``compute_logits`` + sampling finish the row.
+    logits_rows : int
+        Rows ``compute_logits`` returned (must equal the rows of the batch).
+    rng_changed : list of str
+        Process RNGs changed by this call's model calls (see :data:`RNG_NAMES`).
+    live_generators : int
+        Live Python generators held in the model's attributes after the call.
+    temp_files : int
+        Files in the driver's private temp directory after the call.
+    """
+
+    step: int
+    kind: str
+    req_ids: list[str]
+    chunk_index: list[int]
+    finished_notified: list[str]
+    outputs: list[Any]
+    model_outputs_problem: str | None
+    eos: list[bool]
+    logits_rows: int
+    rng_changed: list[str]
+    live_generators: int
+    temp_files: int
+
+
+@dataclass
+class RequestResult:
+    """Everything one request received.
+
+    Attributes
+    ----------
+    request_id : str
+    chunks : list of Tensor
+        The per-step ``model_outputs`` elements in order (empty tensors kept).
+    steps : int
+        Engine steps the request was in the batch.
+    finished_by : str
+        ``"eos"``, ``"abort"`` or ``"max_steps"`` (never finished), ``"running"``.
+    sample_rate : int or None
+        From ``multimodal_outputs["sr"]`` when present (Hz).
+    """
+
+    request_id: str
+    chunks: list[Any] = field(default_factory=list)
+    steps: int = 0
+    finished_by: str = "running"
+    sample_rate: int | None = None
+
+    def waveform(self):
+        """The served waveform: all chunks concatenated along the last axis
+        (``[shape=(samples,)]`` for a mono model), float32 on CPU."""
+        import torch
+
+        parts = [c.detach().to("cpu") for c in self.chunks if c is not None and c.numel() > 0]
+        if not parts:
+            return torch.zeros(0, dtype=torch.float32)
+        try:
+            return torch.cat(parts, dim=-1)
+        except RuntimeError:  # inconsistent chunk shapes: flatten each
+            return torch.cat([p.reshape(-1) for p in parts])
+
+
+class EngineError(Exception):
+    """The model raised while being driven; message names the call."""
+
+
+# ----------------------------------------------------------------------------
+# The driver
+# ----------------------------------------------------------------------------
+
+def _live_generators(model: Any) -> int:
+    """Count live (not exhausted, not closed) Python generators held by the model.
+
+    Looks at the model's attributes and one level into dict / list / tuple values
+    (``self._stream_gens[request_key]`` in MOSS-TTS-Nano).
+    """
+    count = 0
+    for value in vars(model).values():
+        items: Sequence[Any]
+        if isinstance(value, dict):
+            items = list(value.values())
+        elif isinstance(value, (list, tuple)):
+            items = value
+        else:
+            items = (value,)
+        for item in items:
+            if isinstance(item, types.GeneratorType) and item.gi_frame is not None:
+                count += 1
+    return count
+
+
+class EngineDriver:
+    """One vLLM-Omni AR engine around one model, advanced step by step.
+
+    Parameters
+    ----------
+    model : object
+        The generator-style model: ``forward(input_ids, positions, ...,
+        runtime_additional_information=list[dict])``, ``compute_logits``, optional
+        ``on_requests_finished``, ``get_dummy_runtime_additional_information``,
+        ``have_multimodal_outputs``.
+    eos_token_id : int
+        Stop token (default 2, the MOSS-TTS-Nano pipeline's ``stop_token_ids``).
+    order : str
+        ``"fifo"`` (arrival order) or ``"shuffle"`` (rows permuted every step).
+    max_steps : int
+        Backstop (the ``max_tokens`` of the deploy config): a request still
+        running after this many steps ends with ``finished_by="max_steps"``.
+    track_rng : bool
+        Record which process RNGs each model call changed.
+    device : str
+        Where input ids and positions are created.
+
+    Notes
+    -----
+    Use as a context manager (or call :meth:`close`) so the private temp
+    directory is removed. The module docstring lists the vLLM-Omni functions
+    whose call sequence each method follows.
+    """
+
+    def __init__(self, model: Any, *, eos_token_id: int = DEFAULT_EOS_TOKEN_ID,
+                 order: str = "fifo", max_steps: int = 256, track_rng: bool = True,
+                 device: str = "cpu", shuffle_seed: int = 1234) -> None:
+        if order not in ("fifo", "shuffle"):
+            raise ValueError(f"order must be 'fifo' or 'shuffle', got {order!r}")
+        self.model = model
+        self.eos_token_id = eos_token_id
+        self.order = order
+        self.max_steps = max_steps
+        self.track_rng = track_rng
+        self.device = device
+        self._shuffle_seed = shuffle_seed
+        self._tmp = Path(tempfile.mkdtemp(prefix="porting-kit-engine-"))
+        self.step_index = 0
+        self.calls: list[ForwardCall] = []
+        self.results: dict[str, RequestResult] = {}
+        self._pending: list[EngineRequest] = []
+        self._running: list[str] = []  # arrival order
+        self._infos: dict[str, dict[str, Any]] = {}  # model_intermediate_buffer
+        self._generated: dict[str, int] = {}
+        self._finished_since_last_step: list[str] = []
+
+    # -- housekeeping --------------------------------------------------------
+    def __enter__(self) -> "EngineDriver":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the private temp directory."""
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def temp_files(self) -> list[str]:
+        """Names of the files the model has left in the driver's temp directory."""
+        if not self._tmp.exists():
+            return []
+        return sorted(p.name for p in self._tmp.rglob("*") if p.is_file())
+
+    def live_generators(self) -> int:
+        """Live Python generators held in the model's attributes (see module docstring)."""
+        return _live_generators(self.model)
+
+    @property
+    def running(self) -> list[str]:
+        """Ids of the requests in the batch, in arrival order."""
+        return list(self._running)
+
+    @property
+    def idle(self) -> bool:
+        """True when nothing is running or waiting to join."""
+        return not self._running and not self._pending
+
+    @contextmanager
+    def _model_call(self, changed: list[str]) -> Iterator[None]:
+        saved_tempdir = tempfile.tempdir
+        tempfile.tempdir = str(self._tmp)
+        before = capture_rng_state() if self.track_rng else None
+        try:
+            yield
+        finally:
+            tempfile.tempdir = saved_tempdir
+            if before is not None:
+                for name in rng_state_changes(before, capture_rng_state()):
+                    if name not in changed:
+                        changed.append(name)
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the call named
+            raise EngineError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+    # -- requests -------------------------------------------------------------
+    def _info(self, req: EngineRequest) -> dict[str, Any]:
+        info: dict[str, Any] = {"text": [req.text], "global_request_id": [req.request_id]}
+        if req.seed is not None:
+            info["seed"] = [int(req.seed)]
+        for key, value in req.extra.items():
+            info[key] = value if isinstance(value, list) else [value]
+        return info
+
+    def add_request(self, req: EngineRequest) -> None:
+        """Queue a request; it joins the batch at ``req.arrival_step`` (or the next step)."""
+        if req.request_id in self.results:
+            raise ValueError(f"duplicate request id {req.request_id!r}")
+        self.results[req.request_id] = RequestResult(req.request_id)
+        self._pending.append(req)
+
+    def abort(self, request_id: str) -> None:
+        """Abort a running request: it leaves the batch and is passed to
+        ``on_requests_finished`` at the start of the next step (as a client
+        disconnect / ``abort_requests`` does)."""
+        if request_id not in self._running:
+            raise ValueError(f"request {request_id!r} is not running")
+        self._running.remove(request_id)
+        self.results[request_id].finished_by = "abort"
+        self._finished_since_last_step.append(request_id)
+
+    # -- steps ----------------------------------------------------------------
+    def _batch_order(self) -> list[str]:
+        rows = list(self._running)
+        if self.order == "shuffle" and len(rows) > 1:
+            random.Random(self._shuffle_seed + self.step_index).shuffle(rows)
+        return rows
+
+    def _read_outputs(self, out: Any, n_rows: int,
+                      per_row: bool = True) -> tuple[Any, list[Any], str | None, Any]:
+        """Split a forward output as ``extract_multimodal_outputs`` does; return
+        (hidden, per-row model_outputs, problem, per-row sr)."""
+        import torch
+
+        hidden, mm = None, None
+        if getattr(self.model, "have_multimodal_outputs", False) and hasattr(out, "multimodal_outputs") \
+                and hasattr(out, "text_hidden_states"):
+            hidden, mm = out.text_hidden_states, out.multimodal_outputs
+        elif isinstance(out, torch.Tensor):
+            hidden, mm = out, {}
+        elif isinstance(out, (list, tuple)) and out:
+            hidden, mm = out[0], {}
+        else:
+            return None, [None] * n_rows, f"forward returned {type(out).__name__}", None
+        if not isinstance(mm, dict) or "model_outputs" not in mm:
+            keys = sorted(mm) if isinstance(mm, dict) else type(mm).__name__
+            return hidden, [None] * n_rows, f"multimodal_outputs has no 'model_outputs' (got {keys})", None
+        mo = mm["model_outputs"]
+        srs = mm.get("sr")
+        if not per_row:
+            return hidden, [], None, srs
+        if isinstance(mo, (list, tuple)):
+            rows = list(mo)
+        elif isinstance(mo, torch.Tensor) and mo.ndim >= 1 and mo.shape[0] == n_rows:
+            rows = [mo[i] for i in range(n_rows)]
+        else:
+            shape = tuple(mo.shape) if isinstance(mo, torch.Tensor) else type(mo).__name__
+            return hidden, [None] * n_rows, f"model_outputs is {shape}, not one entry per row", srs
+        if len(rows) != n_rows:
+            problem = f"model_outputs has {len(rows)} entries for {n_rows} rows"
+            rows = (rows + [None] * n_rows)[:n_rows]
+            return hidden, rows, problem, srs
+        return hidden, rows, None, srs
+
+    def _compute_eos(self, hidden: Any, n_rows: int, changed: list[str]) -> tuple[list[bool], int]:
+        import torch
+
+        if hidden is None:
+            hidden = torch.zeros((n_rows, 1))
+        if isinstance(hidden, torch.Tensor) and hidden.ndim >= 1 and hidden.shape[0] >= n_rows:
+            # logits_indices: one scheduled token per row, so row i's last token is i.
+            sample_hidden = hidden[torch.arange(n_rows, device=hidden.device)]
+        else:
+            sample_hidden = hidden
+        with self._model_call(changed):
+            try:
+                logits = self._call("compute_logits", self.model.compute_logits, sample_hidden,
+                                    sampling_metadata=None)
+            except EngineError as exc:
+                if not isinstance(exc.__cause__, TypeError):
+                    raise
+                logits = self._call("compute_logits", self.model.compute_logits, sample_hidden)
+        logits_rows = int(logits.shape[0]) if logits.ndim >= 1 else 0
+        tokens = logits.argmax(dim=-1).reshape(-1).tolist() if logits.ndim == 2 else []
+        # A row compute_logits did not cover is taken as finished (the scheduler
+        # would get no token for it).
+        eos = [(tokens[i] == self.eos_token_id) if i < len(tokens) else True for i in range(n_rows)]
+        return eos, logits_rows
+
+    def dummy_run(self, num_reqs: int = 2, *, num_tokens: int | None = None) -> list[ForwardCall]:
+        """The warm-up / profile calls: ``runtime_additional_information=[]`` with
+        ``num_tokens`` input ids (AR runner ``_dummy_run``), then -- when the model
+        defines ``get_dummy_runtime_additional_information`` -- ``num_reqs`` rows
+        flagged ``_is_dummy`` (generation runner ``_dummy_run``). Each is followed by
+        ``compute_logits`` on its rows. Returns the two (or one) :class:`ForwardCall`."""
+        import torch
+
+        num_tokens = num_tokens or num_reqs
+        calls = []
+        variants: list[tuple[str, list[dict[str, Any]], int]] = [("profile", [], num_tokens)]
+        get_dummy = getattr(self.model, "get_dummy_runtime_additional_information", None)
+        if callable(get_dummy):
+            infos = self._call("get_dummy_runtime_additional_information", get_dummy, num_reqs)
+            variants.append(("dummy", list(infos), num_reqs))
+        for kind, infos, n_tok in variants:
+            changed: list[str] = []
+            input_ids = torch.zeros(n_tok, dtype=torch.long, device=self.device)
+            positions = torch.arange(n_tok, device=self.device)
+            with self._model_call(changed):
+                out = self._call(f"forward ({kind} call)", self.model.forward, input_ids=input_ids,
+                                 positions=positions, intermediate_tensors=None, inputs_embeds=None,
+                                 runtime_additional_information=infos,
+                                 model_intermediate_buffer=infos)
+            n_rows = len(infos) if infos else n_tok
+            # A profile call has no requests: only the key's presence is checked.
+            hidden, rows, problem, _ = self._read_outputs(out, len(infos), per_row=bool(infos))
+            eos, logits_rows = self._compute_eos(hidden, n_rows, changed)
+            calls.append(ForwardCall(-1, kind, [], [], [], rows, problem, eos, logits_rows,
+                                     changed, self.live_generators(), len(self.temp_files())))
+        self.calls.extend(calls)
+        return calls
+
+    def step(self) -> ForwardCall | None:
+        """One engine step (see the module docstring for the sequence).
+
+        Returns
+        -------
+        ForwardCall or None
+            ``None`` when no request was in the batch (``on_requests_finished``
+            still ran if anything had finished).
+        """
+        import torch
+
+        changed: list[str] = []
+        notified = list(self._finished_since_last_step)
+        self._finished_since_last_step = []
+        on_finished = getattr(self.model, "on_requests_finished", None)
+        if notified and callable(on_finished):
+            with self._model_call(changed):
+                self._call("on_requests_finished", on_finished, set(notified))
+        for req in list(self._pending):
+            if req.arrival_step <= self.step_index:
+                self._pending.remove(req)
+                self._running.append(req.request_id)
+                self._infos[req.request_id] = self._info(req)
+                self._generated[req.request_id] = 0
+        rows = self._batch_order()
+        if not rows:
+            self.step_index += 1
+            return None
+        infos = []
+        for rid in rows:
+            info = self._infos[rid]
+            info["generated_len"] = self._generated[rid]
+            infos.append(info)
+        input_ids = torch.tensor([PROMPT_TOKEN_ID if self._generated[r] == 0 else 1 for r in rows],
+                                 dtype=torch.long, device=self.device)
+        positions = torch.tensor([self._generated[r] for r in rows], dtype=torch.long,
+                                 device=self.device)
+        with self._model_call(changed):
+            out = self._call(f"forward (step {self.step_index})", self.model.forward,
+                             input_ids=input_ids, positions=positions, intermediate_tensors=None,
+                             inputs_embeds=None, runtime_additional_information=infos,
+                             model_intermediate_buffer=infos)
+        hidden, outputs, problem, srs = self._read_outputs(out, len(rows))
+        eos, logits_rows = self._compute_eos(hidden, len(rows), changed)
+        chunk_index = []
+        for i, rid in enumerate(rows):
+            res = self.results[rid]
+            chunk_index.append(len(res.chunks))
+            chunk = outputs[i]
+            res.chunks.append(chunk.detach().to("cpu") if isinstance(chunk, torch.Tensor) else None)
+            res.steps += 1
+            if srs is not None and res.sample_rate is None:
+                try:
+                    res.sample_rate = int(torch.as_tensor(srs[i]).reshape(-1)[0])
+                except (IndexError, TypeError, ValueError, RuntimeError):
+                    pass
+            self._generated[rid] += 1
+            if eos[i]:
+                res.finished_by = "eos"
+            elif res.steps >= self.max_steps:
+                res.finished_by = "max_steps"
+            if res.finished_by != "running":
+                self._running.remove(rid)
+                self._finished_since_last_step.append(rid)
+        call = ForwardCall(self.step_index, "step", rows, chunk_index, notified, outputs, problem,
+                           eos, logits_rows, changed, self.live_generators(), len(self.temp_files()))
+        self.calls.append(call)
+        self.step_index += 1
+        return call
+
+    def run(self, *, until_idle: bool = True, steps: int | None = None) -> dict[str, RequestResult]:
+        """Step until every request finished (and ``on_requests_finished`` was
+        delivered for the last ones), or for ``steps`` steps. Returns :attr:`results`."""
+        n = 0
+        limit = steps if steps is not None else self.max_steps + 64
+        while n < limit:
+            if until_idle and steps is None and self.idle and not self._finished_since_last_step:
+                break
+            self.step()
+            n += 1
+        return self.results
+
+
+def run_requests(model: Any, requests: Sequence[EngineRequest], *, order: str = "fifo",
+                 max_steps: int = 256, device: str = "cpu") -> tuple[dict[str, RequestResult],
+                                                                     list[ForwardCall]]:
+    """Submit ``requests`` to a fresh :class:`EngineDriver` around ``model`` and run to idle.
+
+    Returns
+    -------
+    results : dict
+        request id -> :class:`RequestResult`.
+    calls : list of ForwardCall
+    """
+    with EngineDriver(model, order=order, max_steps=max_steps, device=device) as drv:
+        for req in requests:
+            drv.add_request(req)
+        drv.run()
+        return drv.results, drv.calls
+
+
+# ----------------------------------------------------------------------------
+# The scenario suite judged by checks/rng.py and checks/lifecycle.py
+# ----------------------------------------------------------------------------
+
+#: Four requests of different lengths (so EOS comes at different steps).
+DEFAULT_REQUESTS = (
+    ("req-a", "the quick brown fox jumps", 11),
+    ("req-b", "hello there", 22),
+    ("req-c", "a much longer sentence that keeps going for quite a while", 33),
+    ("req-d", "one two three four", 44),
+)
+
+
+@dataclass
+class Scenario:
+    """One run of a set of requests through a fresh model and driver."""
+
+    name: str
+    results: dict[str, RequestResult]
+    calls: list[ForwardCall]
+    description: str = ""
+
+
+@dataclass
+class AbortProbe:
+    """Three requests in flight, the middle one aborted through ``on_requests_finished``.
+
+    ``before_*`` is measured after the requests ran two steps, ``after_*`` after
+    the step that delivered the abort; ``has_on_requests_finished`` says whether
+    the model defines the hook at all.
+    """
+
+    aborted: str
+    survivors: list[str]
+    before_generators: int
+    after_generators: int
+    before_temp_files: list[str]
+    after_temp_files: list[str]
+    has_on_requests_finished: bool
+    survivors_running: int
+
+
+@dataclass
+class ContractSuite:
+    """Facts from every scenario (see :func:`run_contract_suite`)."""
+
+    requests: list[EngineRequest]
+    solo: dict[str, Scenario]
+    solo_repeat: Scenario
+    batches: list[Scenario]
+    serial_after_abort: Scenario
+    serial_aborted: str
+    serial_abort_step: int
+    abort: AbortProbe
+    dummy: list[ForwardCall]
+    dummy_generators: int
+    dummy_temp_files: int
+    sample_rate: int | None
+
+
+def default_requests(n: int = 4) -> list[EngineRequest]:
+    """``n`` (<= 4) seeded requests of different lengths: :data:`DEFAULT_REQUESTS`."""
+    return [EngineRequest(rid, text, seed) for rid, text, seed in DEFAULT_REQUESTS[:n]]
+
+
+def _fresh(model_factory: Callable[[], Any]) -> Any:
+    model = model_factory()
+    if model is None:
+        raise EngineError("engine_model() returned None")
+    return model
+
+
+def run_contract_suite(model_factory: Callable[[], Any], requests: Sequence[EngineRequest] | None = None,
+                       *, max_steps: int = 256, device: str = "cpu", rng_seed: int = 0) -> ContractSuite:
+    """Run every scenario the RNG-isolation and lifecycle checks need.
+
+    Each scenario gets a fresh model from ``model_factory`` and starts from the
+    same process RNG state (:func:`seed_process_rngs`); the caller's RNG state is
+    restored at the end.
+
+    Scenarios
+    ---------
+    solo
+        each request alone (the reference for every comparison).
+    solo_repeat
+        the first request alone again on the same model (determinism).
+    batches
+        ``interleaved`` (all join at step 0, fifo rows), ``permuted`` (rows
+        shuffled every step), ``joining`` (two at step 0, the others join at
+        steps 2 and 3, rows shuffled).
+    serial_after_abort
+        request 0 runs two steps and is aborted, then request 1 runs alone on the
+        same model (a stale per-request state would hand it request 0's rest).
+    abort
+        three requests in flight, the middle one aborted (:class:`AbortProbe`).
+    dummy
+        the profile and ``_is_dummy`` calls on a fresh model.
+
+    Raises
+    ------
+    EngineError
+        The model raised during a call (the message names the call).
+    """
+    reqs = list(requests) if requests is not None else default_requests(4)
+    if len(reqs) < 3:
+        raise ValueError("run_contract_suite needs at least 3 requests")
+
+    def clone(req: EngineRequest, **kw: Any) -> EngineRequest:
+        data = dict(request_id=req.request_id, text=req.text, seed=req.seed,
+                    extra=dict(req.extra), arrival_step=req.arrival_step)
+        data.update(kw)
+        return EngineRequest(**data)
+
+    with preserved_rng_state():
+        # solo runs, serially on one model (as a server with max_num_seqs=1 would)
+        solo: dict[str, Scenario] = {}
+        model = _fresh(model_factory)
+        for req in reqs:
+            seed_process_rngs(rng_seed)
+            res, calls = run_requests(model, [clone(req, arrival_step=0)], max_steps=max_steps,
+                                      device=device)
+            solo[req.request_id] = Scenario(f"solo:{req.request_id}", res, calls)
+        seed_process_rngs(rng_seed)
+        res, calls = run_requests(model, [clone(reqs[0], request_id=reqs[0].request_id + "-again",
+                                                arrival_step=0)], max_steps=max_steps, device=device)
+        solo_repeat = Scenario("solo_repeat", res, calls,
+                               f"{reqs[0].request_id} alone a second time")
+
+        batches = []
+        plans = [
+            ("interleaved", "fifo", [0] * len(reqs), "all requests join at step 0, rows in arrival order"),
+            ("permuted", "shuffle", [0] * len(reqs), "all requests join at step 0, rows shuffled every step"),
+            ("joining", "shuffle", [0, 0] + [2 + i for i in range(len(reqs) - 2)],
+             "two requests at step 0, the others join mid-stream, rows shuffled"),
+        ]
+        for name, order, arrivals, desc in plans:
+            seed_process_rngs(rng_seed)
+            res, calls = run_requests(_fresh(model_factory),
+                                      [clone(r, arrival_step=a) for r, a in zip(reqs, arrivals)],
+                                      order=order, max_steps=max_steps, device=device)
+            batches.append(Scenario(name, res, calls, desc))
+
+        # serial: request 0 aborted after two steps, then request 1 alone
+        seed_process_rngs(rng_seed)
+        with EngineDriver(_fresh(model_factory), max_steps=max_steps, device=device) as drv:
+            first, second = reqs[0], reqs[1]
+            drv.add_request(clone(first, arrival_step=0))
+            drv.run(steps=2)
+            abort_step = drv.step_index
+            if first.request_id in drv.running:
+                drv.abort(first.request_id)
+            drv.step()  # delivers on_requests_finished
+            drv.add_request(clone(second, arrival_step=0))
+            drv.run()
+            serial = Scenario("serial_after_abort", dict(drv.results), list(drv.calls),
+                              f"{first.request_id} aborted after 2 steps, then {second.request_id} alone")
+
+        # abort probe: three in flight, abort the middle one
+        seed_process_rngs(rng_seed)
+        three = sorted(reqs, key=lambda r: -len(r.text))[:3]
+        with EngineDriver(_fresh(model_factory), max_steps=max_steps, device=device) as drv:
+            for r in three:
+                drv.add_request(clone(r, arrival_step=0))
+            drv.run(steps=1)
+            before_g, before_f = drv.live_generators(), drv.temp_files()
+            victim = three[1].request_id
+            if victim in drv.running:
+                drv.abort(victim)
+            drv.step()
+            survivors = [r.request_id for r in three if r.request_id != victim]
+            probe = AbortProbe(victim, survivors, before_g, drv.live_generators(), before_f,
+                               drv.temp_files(), callable(getattr(drv.model, "on_requests_finished", None)),
+                               sum(1 for s in survivors if s in drv.running))
+
+        seed_process_rngs(rng_seed)
+        with EngineDriver(_fresh(model_factory), max_steps=max_steps, device=device) as drv:
+            dummy = drv.dummy_run(num_reqs=2)
+            dummy_g, dummy_f = drv.live_generators(), len(drv.temp_files())
+
+    sr = next((r.sample_rate for s in solo.values() for r in s.results.values() if r.sample_rate), None)
+    return ContractSuite(reqs, solo, solo_repeat, batches, serial, reqs[0].request_id, abort_step,
+                         probe, dummy, dummy_g, dummy_f, sr)

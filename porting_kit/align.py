@@ -1,0 +1,253 @@
+"""Align the modules of two implementations whose names differ.
+
+Sources, in order of trust (each pair says which one found it):
+
+1. ``module_map`` from the spec: pairs of name patterns. ``*`` matches any
+   characters, ``{name}`` matches one dotted component (``[^.]+``) and must be
+   the same on both sides: ``("lm.model.layers.{i}.self_attn", "layers.{i}.attention")``.
+2. ``weights``: the weight map from loading (candidate parameter -> reference
+   tensors, :mod:`porting_kit.weights`). A candidate module whose parameters
+   all come from one reference module is that module.
+3. ``parent``: parents of aligned children correspond (``self_attn`` holds
+   ``q_proj``/``o_proj``; the port's ``attn`` holds ``qkv_proj``/``o_proj``).
+   Fused modules (one candidate ``qkv_proj`` <- three reference projections)
+   vote for their parents too.
+4. ``order``: what remains is matched by call order between already aligned
+   modules, on a coarse kind (norm, attention, mlp, rotary, embedding, linear,
+   activation, layer) and an equal output shape (longest common subsequence).
+
+Whatever stays unmatched is listed as unaligned on each side.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from porting_kit.capture import Record
+from porting_kit.errors import InputError
+
+
+@dataclass
+class AlignedPair:
+    """A reference module call and the candidate module call that computes the same thing.
+
+    ``comparable`` is False when their output shapes differ (e.g. a model root
+    returning logits vs hidden states); such pairs are listed, not compared.
+    """
+
+    reference: Record
+    candidate: Record
+    source: str
+
+    @property
+    def comparable(self) -> bool:
+        r, c = self.reference.out, self.candidate.out
+        return r is not None and c is not None and r.shape == c.shape
+
+
+@dataclass
+class Alignment:
+    """Result of :func:`align`: pairs in reference completion order, and what is left."""
+
+    pairs: list[AlignedPair]
+    unaligned_reference: list[Record]
+    unaligned_candidate: list[Record]
+
+
+_KINDS = (
+    ("rotary", ("rotary", "rope")),
+    ("norm", ("norm",)),
+    ("attention", ("attention", "attn")),
+    ("mlp", ("mlp", "feedforward", "ffn")),
+    ("embedding", ("embed",)),
+    ("linear", ("linear",)),
+    ("activation", ("silu", "gelu", "relu", "activation", "act", "tanh", "sigmoid")),
+    ("layer", ("decoderlayer", "block", "layer")),
+)
+
+
+def kind(rec: Record) -> str:
+    """Coarse kind of a module from its class name and last name component."""
+    t = rec.type.lower()
+    leaf = rec.name.rsplit(".", 1)[-1].lower()
+    for k, keys in _KINDS:
+        if any(key in t for key in keys):
+            return k
+    for k, keys in _KINDS:
+        if any(key in leaf for key in keys):
+            return k
+    return rec.type
+
+
+def _pattern_regex(pat: str, values: dict[str, str] | None = None) -> re.Pattern:
+    out, i = "", 0
+    for m in re.finditer(r"\{(\w+)\}|\*", pat):
+        out += re.escape(pat[i:m.start()])
+        if m.group(0) == "*":
+            out += ".*"
+        elif values is not None and m.group(1) in values:
+            out += re.escape(values[m.group(1)])
+        else:
+            out += f"(?P<{m.group(1)}>[^.]+)"
+        i = m.end()
+    out += re.escape(pat[i:])
+    return re.compile(out + r"\Z")
+
+
+def _parse_module_map(module_map) -> list[tuple[str, str]]:
+    if module_map is None:
+        return []
+    items = list(module_map.items()) if isinstance(module_map, dict) else list(module_map)
+    out = []
+    for item in items:
+        if not (isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise InputError(f"module_map: each entry must be a (reference, candidate) pair of "
+                             f"name patterns, got {item!r}")
+        out.append((item[0], item[1]))
+    return out
+
+
+def _parent(name: str, names: set[str]) -> str | None:
+    while name:
+        name = name.rsplit(".", 1)[0] if "." in name else ""
+        if name in names:
+            return name
+    return None
+
+
+def align(ref: list[Record], cand: list[Record], *, module_map=None,
+          weight_map: dict[str, list[str]] | None = None) -> Alignment:
+    """Pair reference and candidate module calls.
+
+    Parameters
+    ----------
+    ref, cand : list of Record
+        Module calls of each side, in completion order (as captured).
+    module_map : list of (str, str) or dict, optional
+        Explicit name-pattern pairs (see module docstring).
+    weight_map : dict, optional
+        Candidate parameter name -> reference tensor names.
+
+    Returns
+    -------
+    Alignment
+
+    Raises
+    ------
+    InputError
+        For a malformed ``module_map``.
+    """
+    rby = {r.key: r for r in ref}
+    cby = {c.key: c for c in cand}
+    pairs: dict[str, tuple[str, str]] = {}  # ref key -> (cand key, source)
+    used_c: set[str] = set()
+
+    def add(rk: str, ck: str, source: str) -> bool:
+        if rk in pairs or ck in used_c or rk not in rby or ck not in cby:
+            return False
+        pairs[rk] = (ck, source)
+        used_c.add(ck)
+        return True
+
+    # 1. explicit map
+    for rpat, cpat in _parse_module_map(module_map):
+        rre = _pattern_regex(rpat)
+        for r in ref:
+            m = rre.match(r.key)
+            if not m:
+                continue
+            cre = _pattern_regex(cpat, m.groupdict())
+            hits = [c.key for c in cand if cre.match(c.key)]
+            if len(hits) == 1:
+                add(r.key, hits[0], "module_map")
+
+    # 2. weight map: candidate module <- reference module(s)
+    fused: list[tuple[set[str], str]] = []
+    if weight_map:
+        c2r: dict[str, set[str]] = {}
+        r2c: dict[str, set[str]] = {}
+        for cparam, rtensors in weight_map.items():
+            cmod = cparam.rsplit(".", 1)[0] if "." in cparam else ""
+            if len(rtensors) > 1:  # tied weights: prefer the one with the same leaf names
+                leaf = ".".join(cparam.split(".")[-2:])
+                same = [t for t in rtensors if t.endswith(leaf)]
+                rtensors = same if len(same) == 1 else rtensors
+            for rt in rtensors:
+                rmod = rt.rsplit(".", 1)[0] if "." in rt else ""
+                c2r.setdefault(cmod, set()).add(rmod)
+                r2c.setdefault(rmod, set()).add(cmod)
+        for cmod, rmods in sorted(c2r.items()):
+            if len(rmods) == 1:
+                rmod = next(iter(rmods))
+                if len(r2c.get(rmod, ())) == 1:
+                    add(rmod, cmod, "weights")
+            else:
+                fused.append((rmods, cmod))
+
+    # 3. parents of aligned children (and of fused groups) correspond
+    rnames = {r.name for r in ref}
+    cnames = {c.name for c in cand}
+    while True:
+        votes: dict[tuple[str, str], int] = {}
+        for rk, (ck, _) in pairs.items():
+            pr, pc = _parent(rby[rk].name, rnames), _parent(cby[ck].name, cnames)
+            if pr is not None and pc is not None:
+                votes[(pr, pc)] = votes.get((pr, pc), 0) + 1
+        for rmods, cmod in fused:
+            pc = _parent(cmod, cnames)
+            prs = {_parent(rm, rnames) for rm in rmods}
+            if pc is not None and len(prs) == 1 and None not in prs:
+                key = (prs.pop(), pc)
+                votes[key] = votes.get(key, 0) + len(rmods)
+        added = False
+        for (pr, pc), _n in sorted(votes.items(), key=lambda kv: -kv[1]):
+            best_r = max((v for (a, _b), v in votes.items() if a == pr), default=0)
+            best_c = max((v for (_a, b), v in votes.items() if b == pc), default=0)
+            if votes[(pr, pc)] == best_r == best_c and add(pr, pc, "parent"):
+                added = True
+        if not added:
+            break
+
+    # 4. call order between anchors, on kind + output shape
+    anchors = sorted(((rby[rk].end, cby[ck].end) for rk, (ck, _) in pairs.items()))
+    anchors = [(-1, -1)] + anchors + [(10**12, 10**12)]
+    for (r0, c0), (r1, c1) in zip(anchors, anchors[1:]):
+        if r1 <= r0 or c1 <= c0:
+            continue  # crossing anchors: leave this stretch alone
+        rs = [r for r in ref if r0 < r.end < r1 and r.key not in pairs]
+        cs = [c for c in cand if c0 < c.end < c1 and c.key not in used_c]
+        for r, c in _lcs(rs, cs):
+            add(r.key, c.key, "order")
+
+    out = [AlignedPair(rby[rk], cby[ck], src) for rk, (ck, src) in pairs.items()]
+    out.sort(key=lambda p: p.reference.end)
+    return Alignment(pairs=out,
+                     unaligned_reference=[r for r in ref if r.key not in pairs],
+                     unaligned_candidate=[c for c in cand if c.key not in used_c])
+
+
+def _sig(rec: Record):
+    return (kind(rec), rec.out.shape if rec.out is not None else None)
+
+
+def _lcs(a: list[Record], b: list[Record]) -> list[tuple[Record, Record]]:
+    """Longest common subsequence of two call sequences under :func:`_sig` equality."""
+    n, m = len(a), len(b)
+    if not n or not m:
+        return []
+    sa, sb = [_sig(x) for x in a], [_sig(y) for y in b]
+    dp = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            dp[i][j] = dp[i + 1][j + 1] + 1 if sa[i] == sb[j] else max(dp[i + 1][j], dp[i][j + 1])
+    out, i, j = [], 0, 0
+    while i < n and j < m:
+        if sa[i] == sb[j]:
+            out.append((a[i], b[j]))
+            i, j = i + 1, j + 1
+        elif dp[i + 1][j] >= dp[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return out

@@ -1,0 +1,439 @@
+"""Layer parity: load weights, capture both forwards, align, compare, locate.
+
+Codes: ``parity.first_divergence`` (the first aligned module pair beyond
+tolerance, both module names), ``parity.nan_origin`` (the first module whose
+output has NaN/Inf while its input had none), ``parity.unmapped_weights``
+(reference tensors not loaded / candidate parameters never set), ``parity.ok``.
+
+How the first divergence is located
+-----------------------------------
+Each side runs once with summary hooks (:mod:`porting_kit.capture`). Aligned
+pairs (:mod:`porting_kit.align`) are screened in reference completion order
+with the projected error against the dtype's tolerance
+(:mod:`porting_kit.tolerance`). For the first flagged module ``M``: if its
+input already differed, the fault lies in code of the nearest aligned
+ancestor that is not itself a module (attention math between ``q_proj`` and
+``o_proj``, a residual add), so that ancestor is the location; otherwise
+``M`` is. Only then both models run once more, capturing the full tensors of
+that pair, and the finding reports ``assert_close``-style figures.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from porting_kit.align import AlignedPair, Alignment, align
+from porting_kit.capture import (Record, capture_full, capture_summaries, estimate_abs_err,
+                                 estimate_rel_err, finalize)
+from porting_kit.compare import describe_mismatch, first_tensor, tensor_metrics
+from porting_kit.context import CheckContext
+from porting_kit.errors import InputError
+from porting_kit.findings import Finding, Where, ok, skip
+from porting_kit.tolerance import Tolerance, dtype_name, tolerance_for
+from porting_kit.weights import WeightLoad, load_weights
+
+_MAX_VERIFY = 3
+
+
+@dataclass
+class LoadedPair:
+    """The spec's models with the reference's weights loaded into the candidate.
+
+    Attributes
+    ----------
+    reference, candidate : torch.nn.Module
+        In eval mode, on ``ctx.device``, cast to ``ctx.dtype`` when given.
+    inputs : dict
+        The spec's ``inputs()``, tensors moved to the device (floating ones cast).
+    weights : WeightLoad
+        Weight map and the unmapped / unset tensors.
+    """
+
+    reference: Any
+    candidate: Any
+    inputs: dict
+    weights: WeightLoad
+
+
+@dataclass
+class PairStat:
+    """An aligned pair with its screened error (projected estimates)."""
+
+    pair: AlignedPair
+    rel_err: float
+    abs_err: float
+    flagged: bool
+    input_rel_err: float | None = None
+    input_flagged: bool = False
+
+
+@dataclass
+class ParityResult:
+    """Everything layer parity found; cached in ``ctx.state['parity']``.
+
+    Attributes
+    ----------
+    pair : LoadedPair
+    alignment : Alignment
+    stats : list of PairStat
+        Comparable aligned pairs in reference completion order.
+    first_divergence : PairStat or None
+        The located pair (possibly the ancestor of the first flagged module).
+    first_flagged : PairStat or None
+        The first module whose output differs (may be inside ``first_divergence``).
+    divergence_metric : dict or None
+        Full-tensor metrics of the located pair (:func:`porting_kit.compare.tensor_metrics`).
+    output_metric : dict or None
+        Full-tensor metrics of the compared outputs (``run_reference`` vs ``run_candidate``).
+    nan_origin : dict
+        ``{"reference": Record|None, "candidate": Record|None}``.
+    tolerance : Tolerance
+    timing : dict
+        Seconds: ``forward_reference``, ``forward_candidate``, ``compare``, ``locate``.
+    """
+
+    pair: LoadedPair
+    alignment: Alignment
+    stats: list[PairStat]
+    first_divergence: PairStat | None
+    first_flagged: PairStat | None
+    divergence_metric: dict | None
+    output_metric: dict | None
+    nan_origin: dict
+    tolerance: Tolerance
+    reference_records: list[Record] = field(repr=False, default_factory=list)
+    candidate_records: list[Record] = field(repr=False, default_factory=list)
+    timing: dict = field(default_factory=dict)
+
+
+def _to(obj, device, dtype):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if dtype is not None and obj.is_floating_point():
+            return obj.to(device=device, dtype=dtype)
+        return obj.to(device=device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device, dtype) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device, dtype) for v in obj)
+    return obj
+
+
+def load_pair(ctx: CheckContext) -> LoadedPair:
+    """Build the spec's models, load weights reference -> candidate, move to device/dtype.
+
+    Cached in ``ctx.state['pair']``. Raises InputError when the spec's functions
+    fail or the weights cannot be loaded.
+    """
+    if "pair" in ctx.state:
+        return ctx.state["pair"]
+    import torch
+
+    spec = ctx.spec
+    ctx.progress("parity: building models")
+    reference = spec.call("reference")
+    candidate = spec.call("candidate")
+    for side, m in (("reference", reference), ("candidate", candidate)):
+        if not isinstance(m, torch.nn.Module):
+            raise InputError(f"{spec.name}: {side}() must return a torch.nn.Module, got {type(m).__name__}")
+    inputs = spec.call("inputs")
+    if not isinstance(inputs, dict):
+        raise InputError(f"{spec.name}: inputs() must return a dict, got {type(inputs).__name__}")
+    ctx.progress("parity: loading weights")
+    weights = load_weights(spec, reference, candidate)
+    dtype = ctx.torch_dtype()
+    try:
+        reference.to(device=ctx.device, dtype=dtype) if dtype else reference.to(ctx.device)
+        candidate.to(device=ctx.device, dtype=dtype) if dtype else candidate.to(ctx.device)
+    except (RuntimeError, AssertionError) as exc:
+        raise InputError(f"--device {ctx.device}: cannot move the models there: {exc}") from exc
+    reference.eval()
+    candidate.eval()
+    pair = LoadedPair(reference, candidate, _to(inputs, ctx.device, dtype), weights)
+    ctx.state["pair"] = pair
+    return pair
+
+
+def _run(spec, side: str, model, inputs):
+    fn_name = f"run_{side}"
+    if spec.has(fn_name):
+        out = spec.call(fn_name, model, inputs)
+    else:
+        try:
+            out = model(**inputs)
+        except Exception as exc:  # noqa: BLE001
+            raise InputError(f"{spec.name}: {side} forward model(**inputs) raised "
+                             f"{type(exc).__name__}: {exc}; define run_{side}(model, inputs)") from exc
+    t = first_tensor(out)
+    if t is None:
+        raise InputError(f"{spec.name}: the {side} forward returned no tensor")
+    return t
+
+
+def _forward(spec, side, model, inputs, records):
+    import torch
+
+    with capture_summaries(model, records), torch.no_grad():
+        out = _run(spec, side, model, inputs)
+    _sync(out)
+    finalize(records)
+    return out
+
+
+def _sync(t) -> None:
+    import torch
+
+    if t.is_cuda:
+        torch.cuda.synchronize(t.device)
+
+
+def _screen(p: AlignedPair, tol: Tolerance) -> PairStat:
+    r, c = p.reference.out, p.candidate.out
+    rel = estimate_rel_err(r, c)
+    ab = estimate_abs_err(r, c)
+    nan_mismatch = (r.nonfinite > 0) != (c.nonfinite > 0) or (r.nonfinite and c.nonfinite)
+    flagged = bool(nan_mismatch) or ab > tol.tensor_bound(r.numel, r.norm)
+    st = PairStat(p, rel, ab, flagged)
+    ri, ci = p.reference.inp, p.candidate.inp
+    if ri is not None and ci is not None and ri.shape == ci.shape:
+        st.input_rel_err = estimate_rel_err(ri, ci)
+        nan_in = (ri.nonfinite > 0) != (ci.nonfinite > 0)
+        st.input_flagged = bool(nan_in) or estimate_abs_err(ri, ci) > tol.tensor_bound(ri.numel, ri.norm)
+    return st
+
+
+def _is_ancestor(a: str, b: str) -> bool:
+    return a == "" and b != "" or b.startswith(a + ".")
+
+
+def _locate(stats: list[PairStat], first: PairStat) -> PairStat:
+    """The pair that holds the fault: ``first`` itself when its input matched, else its
+    nearest aligned comparable ancestor (the fault is in that ancestor's own code)."""
+    if not first.input_flagged:
+        return first
+    r, c = first.pair.reference.name, first.pair.candidate.name
+    ancestors = [s for s in stats
+                 if _is_ancestor(s.pair.reference.name, r) and _is_ancestor(s.pair.candidate.name, c)
+                 and s.flagged]
+    if not ancestors:
+        return first
+    return max(ancestors, key=lambda s: s.pair.reference.depth)
+
+
+def get_result(ctx: CheckContext) -> ParityResult:
+    """Run layer parity once for this context (cached in ``ctx.state['parity']``).
+
+    Raises InputError for a spec without the parity trio or a failing spec call.
+    """
+    if "parity" in ctx.state:
+        return ctx.state["parity"]
+    spec = ctx.spec
+    if not spec.has_parity:
+        raise InputError(f"{spec.name}: layer parity needs reference(), candidate() and inputs()")
+    pair = load_pair(ctx)
+    ref_param = next(iter(pair.reference.parameters()), None)
+    tol = tolerance_for(ref_param.dtype if ref_param is not None else "float32", spec.get("tolerances"))
+    timing: dict[str, float] = {}
+
+    ctx.progress("parity: reference forward")
+    t0 = time.perf_counter()
+    rrec: list[Record] = []
+    out_r = _forward(spec, "reference", pair.reference, pair.inputs, rrec)
+    timing["forward_reference"] = time.perf_counter() - t0
+    ctx.progress("parity: candidate forward")
+    t0 = time.perf_counter()
+    crec: list[Record] = []
+    out_c = _forward(spec, "candidate", pair.candidate, pair.inputs, crec)
+    timing["forward_candidate"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    alignment = align(rrec, crec, module_map=spec.get("module_map"), weight_map=pair.weights.weight_map)
+    stats = [_screen(p, tol) for p in alignment.pairs if p.comparable]
+    if tuple(out_r.shape) == tuple(out_c.shape):
+        output_metric = tensor_metrics(out_r, out_c, tol)
+    else:
+        output_metric = None
+    nan_origin = {"reference": _nan_origin(rrec), "candidate": _nan_origin(crec)}
+    timing["compare"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    first, first_flagged, metric = None, None, None
+    pending = [s for s in stats if s.flagged]
+    for _ in range(_MAX_VERIFY):
+        if not pending:
+            break
+        cand_first = pending[0]
+        loc = _locate(stats, cand_first)
+        m = _full_metrics(spec, pair, loc.pair, tol)
+        if m is None or not m["within_tolerance"]:
+            first, first_flagged, metric = loc, cand_first, m
+            break
+        # a false alarm of the projected screen: drop this module and what it located
+        pending = [s for s in pending if s is not cand_first and s is not loc]
+    timing["locate"] = time.perf_counter() - t0
+
+    result = ParityResult(pair=pair, alignment=alignment, stats=stats, first_divergence=first,
+                          first_flagged=first_flagged, divergence_metric=metric,
+                          output_metric=output_metric, nan_origin=nan_origin, tolerance=tol,
+                          reference_records=rrec, candidate_records=crec, timing=timing)
+    ctx.state["parity"] = result
+    return result
+
+
+def _nan_origin(records: list[Record]) -> Record | None:
+    for r in records:  # completion order: innermost first
+        if r.out is not None and r.out.nonfinite > 0 and (r.inp is None or r.inp.nonfinite == 0):
+            return r
+    return None
+
+
+def _full_metrics(spec, pair: LoadedPair, ap: AlignedPair, tol: Tolerance) -> dict | None:
+    """Re-run both forwards capturing the full outputs of one aligned pair only."""
+    with capture_full(pair.reference, {ap.reference.key}) as got_r:
+        _run(spec, "reference", pair.reference, pair.inputs)
+    with capture_full(pair.candidate, {ap.candidate.key}) as got_c:
+        _run(spec, "candidate", pair.candidate, pair.inputs)
+    r = got_r.get(ap.reference.key, (None, None))[1]
+    c = got_c.get(ap.candidate.key, (None, None))[1]
+    if r is None or c is None or tuple(r.shape) != tuple(c.shape):
+        return None
+    return tensor_metrics(r, c, tol)
+
+
+def _display(name: str) -> str:
+    return name or "<root>"
+
+
+def _names(records, limit: int = 12) -> str:
+    shown = [f"{_display(r.key)} ({r.type})" for r in records[:limit]]
+    more = len(records) - limit
+    return ", ".join(shown) + (f", ... (+{more} more)" if more > 0 else "")
+
+
+def alignment_table(result: ParityResult) -> list[dict[str, Any]]:
+    """Rows for notebooks and the JSON extras: one per aligned pair (reference
+    completion order): names, types, how it was aligned, estimated relative
+    error of output and input, flagged or not."""
+    by_pair = {id(s.pair): s for s in result.stats}
+    rows = []
+    for i, p in enumerate(result.alignment.pairs):
+        s = by_pair.get(id(p))
+        rows.append({
+            "order": i, "reference": _display(p.reference.key), "candidate": _display(p.candidate.key),
+            "reference_type": p.reference.type, "candidate_type": p.candidate.type, "source": p.source,
+            "shape": str(p.reference.out.shape if p.reference.out is not None else None),
+            "rel_err": None if s is None else s.rel_err,
+            "input_rel_err": None if s is None else s.input_rel_err,
+            "status": "not compared" if s is None else ("differs" if s.flagged else "match"),
+        })
+    return rows
+
+
+def run(ctx: CheckContext) -> list[Finding]:
+    """The parity family: unmapped weights, NaN origin, first divergence, or ``parity.ok``."""
+    if not ctx.spec.has_parity:
+        return [skip("parity", f"{ctx.spec.name} defines no reference()/candidate()/inputs(); "
+                               "layer parity skipped")]
+    res = get_result(ctx)
+    findings: list[Finding] = []
+    w = res.pair.weights
+    al = res.alignment
+    common = {"aligned_modules": len(al.pairs), "compared_modules": len(res.stats),
+              "unaligned_reference": len(al.unaligned_reference),
+              "unaligned_candidate": len(al.unaligned_candidate),
+              "unaligned_reference_modules": _names(al.unaligned_reference),
+              "unaligned_candidate_modules": _names(al.unaligned_candidate),
+              "tolerance": res.tolerance.describe(), "dtype": dtype_name(res.tolerance.dtype)}
+    ctx.extras["alignment"] = alignment_table(res)
+    ctx.extras["parity"] = res
+
+    if w.unmapped_reference or w.unset_candidate:
+        parts = []
+        if w.unmapped_reference:
+            parts.append(f"{len(w.unmapped_reference)} reference tensor(s) were never loaded "
+                         f"({', '.join(w.unmapped_reference[:6])})")
+        if w.unset_candidate:
+            parts.append(f"{len(w.unset_candidate)} candidate parameter(s) were never set "
+                         f"({', '.join(w.unset_candidate[:6])})")
+        findings.append(Finding(
+            "parity", "parity.unmapped_weights", "fail", "; ".join(parts) + ".",
+            evidence={"method": w.method, "unmapped_reference": len(w.unmapped_reference),
+                      "unset_candidate": len(w.unset_candidate),
+                      "unmapped_reference_names": ", ".join(w.unmapped_reference[:20]),
+                      "unset_candidate_names": ", ".join(w.unset_candidate[:20])},
+            where=Where(reference=w.unmapped_reference[0].rsplit(".", 1)[0] if w.unmapped_reference else None,
+                        candidate=w.unset_candidate[0].rsplit(".", 1)[0] if w.unset_candidate else None),
+            hint="Map these names in the candidate's load_weights (stacked_params_mapping, renames) "
+                 "or the spec's convert_weights; a parameter never set keeps its random init."))
+
+    for side in ("candidate", "reference"):
+        rec = res.nan_origin[side]
+        if rec is not None:
+            findings.append(Finding(
+                "parity", "parity.nan_origin", "fail",
+                f"The {side}'s first NaN/Inf appears in the output of {_display(rec.key)} "
+                f"({rec.type}) while its input was finite.",
+                evidence={"side": side, "module": _display(rec.key), "type": rec.type,
+                          "nonfinite": rec.out.nonfinite, "numel": rec.out.numel},
+                where=Where(**{side: _display(rec.key)}),
+                hint="Look at this module's own code: an uninitialised buffer (e.g. RoPE inv_freq after "
+                     "meta-device init), a division by zero, or an overflow in low precision."))
+
+    fd = res.first_divergence
+    if fd is not None:
+        m = res.divergence_metric or {}
+        ff = res.first_flagged
+        inside = (ff is not None and ff is not fd)
+        msg = (f"First divergence: reference {_display(fd.pair.reference.key)} ~ candidate "
+               f"{_display(fd.pair.candidate.key)}: " + (describe_mismatch(m) if m else
+                                                          f"estimated ||a-b||/||b|| = {fd.rel_err:.3g}") + ".")
+        if inside:
+            msg += (f" Its child {_display(ff.pair.reference.key)} ~ {_display(ff.pair.candidate.key)} is "
+                    "the first output to differ but its input already differed: the fault is in "
+                    f"{_display(fd.pair.reference.key)}'s own code.")
+        ev = {"reference_module": _display(fd.pair.reference.key), "reference_type": fd.pair.reference.type,
+              "candidate_module": _display(fd.pair.candidate.key), "candidate_type": fd.pair.candidate.type,
+              "aligned_by": fd.pair.source, "estimated_rel_err": fd.rel_err,
+              "first_differing_output_reference": _display(ff.pair.reference.key) if ff else None,
+              "first_differing_output_candidate": _display(ff.pair.candidate.key) if ff else None,
+              "input_already_differs": bool(ff.input_flagged) if ff else False}
+        ev.update({k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in m.items()})
+        ev.update(common)
+        findings.append(Finding(
+            "parity", "parity.first_divergence", "fail", msg, evidence=ev,
+            where=Where(reference=_display(fd.pair.reference.key), candidate=_display(fd.pair.candidate.key)),
+            hint="Compare the two modules' code and the weights loaded into them; the rope/norm "
+                 "diagnoses below name the cause when they recognise it."))
+        ctx.first_divergence = {"reference_module": _display(fd.pair.reference.key),
+                                "candidate_module": _display(fd.pair.candidate.key),
+                                "metric": {k: (str(tuple(v)) if isinstance(v, list) else v)
+                                           for k, v in (m or {"estimated_rel_err": fd.rel_err}).items()},
+                                "order": res.alignment.pairs.index(fd.pair)}
+    elif res.output_metric is not None and not res.output_metric["within_tolerance"]:
+        m = res.output_metric
+        findings.append(Finding(
+            "parity", "parity.first_divergence", "fail",
+            "The outputs differ but no aligned module does: the fault is in code between the aligned "
+            f"modules or in the unaligned ones; {describe_mismatch(m)}.",
+            evidence={**{k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in m.items()}, **common},
+            where=Where(reference="<output>", candidate="<output>"),
+            hint="Add module_map pairs for the unaligned modules listed in the evidence."))
+        ctx.first_divergence = {"reference_module": "<output>", "candidate_module": "<output>",
+                                "metric": {k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in m.items()},
+                                "order": len(res.alignment.pairs)}
+    elif res.output_metric is None:
+        findings.append(Finding(
+            "parity", "parity.first_divergence", "fail",
+            "The reference and candidate outputs have different shapes and no aligned module differs.",
+            evidence=common, where=Where(reference="<output>", candidate="<output>"),
+            hint="run_reference / run_candidate must return the same quantity (e.g. logits)."))
+
+    if not findings:
+        m = res.output_metric or {}
+        findings.append(ok("parity", (f"All {len(res.stats)} compared module pairs and the output match "
+                                      f"within tolerance (output max |diff| {m.get('max_abs', 0):.3g})."),
+                           {**common, "output_max_abs": m.get("max_abs"), "output_rel_err": m.get("rel_err")}))
+    return findings

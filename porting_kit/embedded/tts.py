@@ -1,0 +1,184 @@
+"""Tiny TTS: transformers Qwen3 LM over codec tokens + EnCodec decoder vs a vLLM-style port.
+
+The embedded default port spec (``porting-kit check`` with no SPEC). The
+reference (:mod:`porting_kit.embedded.tts_reference`) is built from real
+transformers classes with seeded random weights; the candidate
+(:mod:`porting_kit.embedded.tts_port`) is written as a vLLM-Omni port is written
+and gets its weights through its own ``load_weights``. Both build and run in well
+under a second on CPU.
+
+Variants (``porting-kit check --example tts:NAME``) plant one fault each through
+:class:`~porting_kit.embedded.tts_port.PortOptions` (or, for
+``rope_scaling_ignored``, give the reference a linear ``rope_parameters`` with
+factor 4 that the port drops). Values chosen so the faults show:
+
+* ``norm_eps``: reference eps 1e-6, candidate 1e-5. The LM's embeddings have
+  std 0.02 (mean square 4e-4), so eps 1e-5 moves the first norm's output by ~1 %.
+* ``norm_no_fp32_upcast``: identical to the clean port in float32; it differs
+  only when run in bfloat16 (``--dtype bfloat16``).
+
+Spec names: ``reference``, ``candidate``, ``inputs``, ``run_reference``,
+``run_candidate``, ``reference_config``, ``candidate_config``; models expose
+their codecs as ``reference.codec`` (transformers ``EncodecModel``) and
+``candidate.codec`` (:class:`~porting_kit.embedded.tts_port.CodecWrapper`); both
+have ``decode(codes (batch, n_codebooks, frames)) -> waveform (batch, samples)``
+(on the reference: ``reference.decode``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VARIANTS = {
+    "qkv_shard_order": "fused qkv loader writes shards k, q, v (q and k swapped)",
+    "unmapped_weight": "load_weights silently skips layer 1 mlp.down_proj (keeps the port's init)",
+    "nan_layer": "NaN injected into the output of layer 1's MLP",
+    "rope_inv_freq_uninitialized": "port built on the meta device + to_empty(); inv_freq never recomputed",
+    "rope_theta_default": "port reads config.rope_theta only, falls back to 10000 (reference 1e6 in rope_parameters)",
+    "rope_interleaved": "port rotates interleaved pairs (GPT-J) instead of halves (NeoX)",
+    "rope_partial": "port applies rotary to half of head_dim only",
+    "rope_position_offset": "port shifts positions by 3",
+    "rope_scaling_ignored": "reference uses linear rope scaling factor 4; the port drops it",
+    "rope_low_precision": "port computes inv_freq and cos/sin in bfloat16",
+    "norm_eps": "port uses rms_norm_eps 1e-5 (reference 1e-6)",
+    "norm_layernorm": "port uses LayerNorm (mean subtracted) instead of RMSNorm",
+    "norm_weight_offset": "port applies (1 + w) where the reference applies w",
+    "norm_no_fp32_upcast": "port computes the norm variance in the input dtype (shows only in bf16)",
+    "norm_post": "port applies the norms after the residual add (post-norm)",
+    "norm_no_qk_norm": "port has no q_norm/k_norm",
+}
+VARIANT: str | None = None
+
+#: Variant -> PortOptions fields. ``rope_scaling_ignored`` also changes the reference config.
+PORT_OPTIONS: dict[str, dict[str, Any]] = {
+    "qkv_shard_order": {"swap_qk_shards": True},
+    "unmapped_weight": {"skip_weight": "talker.layers.1.mlp.down_proj.weight"},
+    "nan_layer": {"nan_mlp_layer": 1},
+    "rope_inv_freq_uninitialized": {"meta_init": True},
+    "rope_theta_default": {"rope_theta_top_level_only": True},
+    "rope_interleaved": {"rope_interleaved": True},
+    "rope_partial": {"partial_rotary_factor": 0.5},
+    "rope_position_offset": {"position_offset": 3},
+    "rope_scaling_ignored": {"ignore_rope_scaling": True},
+    "rope_low_precision": {"rope_dtype": "bfloat16"},
+    "norm_eps": {"rms_norm_eps": 1e-5},
+    "norm_layernorm": {"norm_kind": "layer"},
+    "norm_weight_offset": {"norm_weight_offset": True},
+    "norm_no_fp32_upcast": {"norm_fp32_upcast": False},
+    "norm_post": {"norm_placement": "post"},
+    "norm_no_qk_norm": {"qk_norm": False},
+}
+
+#: Sequence length of the example input (tokens); RoPE faults grow with position.
+SEQ_LEN = 64
+#: Seed of the candidate's own init (what an unmapped weight keeps).
+CANDIDATE_SEED = 1234
+
+
+def port_options():
+    """The :class:`~porting_kit.embedded.tts_port.PortOptions` for the current ``VARIANT``."""
+    from porting_kit.embedded.tts_port import PortOptions
+
+    return PortOptions(**PORT_OPTIONS.get(VARIANT or "", {}))
+
+
+def lm_config():
+    """The LM config both sides read (Qwen3Config); linear RoPE scaling x4 in ``rope_scaling_ignored``."""
+    from porting_kit.embedded import tts_reference
+
+    if VARIANT == "rope_scaling_ignored":
+        return tts_reference.lm_config(
+            rope_parameters={"rope_type": "linear", "rope_theta": 1e6, "factor": 4.0})
+    return tts_reference.lm_config()
+
+
+def codec_config():
+    """The codec config both sides read (EncodecConfig, 24 kHz mono, hop 320)."""
+    from porting_kit.embedded import tts_reference
+
+    return tts_reference.codec_config()
+
+
+def reference():
+    """The reference ``TinyTTSReference`` (``.lm`` Qwen3ForCausalLM, ``.codec`` EncodecModel),
+    seeded random weights, eval mode."""
+    from porting_kit.embedded import tts_reference
+
+    return tts_reference.build_reference(lm_config(), codec_config())
+
+
+def candidate():
+    """The port ``TinyTTSPort`` for the current variant; weights set later through its
+    ``load_weights``. Its own init is seeded (global RNG untouched)."""
+    import torch
+
+    from porting_kit.embedded.tts_port import TinyTTSPort
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(CANDIDATE_SEED)
+        model = TinyTTSPort(lm_config(), codec_config(), port_options())
+    return model.eval()
+
+
+def inputs() -> dict:
+    """``{"input_ids": LongTensor (1, 64)}``: BOS then seeded random codec tokens."""
+    from porting_kit.embedded import tts_reference
+
+    return {"input_ids": tts_reference.example_input_ids(SEQ_LEN)}
+
+
+def run_reference(model, inputs):
+    """LM logits of the reference, (batch, T, vocab_size) float."""
+    return model(inputs["input_ids"])
+
+
+def run_candidate(model, inputs):
+    """LM logits of the port: positions ``0..T-1`` built from input_ids (as the engine does),
+    ``forward`` then ``compute_logits``; (batch, T, vocab_size) float."""
+    import torch
+
+    input_ids = inputs["input_ids"]
+    positions = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
+    return model.compute_logits(model(input_ids, positions))
+
+
+def _static(constants: dict[str, Any]) -> dict[str, Any]:
+    keys = ("rope_theta", "rope_type", "rope_scaling", "rms_norm_eps", "head_dim",
+            "partial_rotary_factor", "rotary_dim", "hidden_size", "num_attention_heads",
+            "num_key_value_heads", "intermediate_size", "num_hidden_layers", "vocab_size",
+            "max_position_embeddings")
+    return {k: constants[k] for k in keys}
+
+
+def reference_config() -> dict[str, Any]:
+    """Static facts of the reference, read from its Qwen3Config the way transformers reads them
+    (``rope_theta`` and the scaling inside ``config.rope_parameters``)."""
+    cfg = lm_config()
+    rope = dict(cfg.rope_parameters)
+    rope_type = rope.get("rope_type", "default")
+    scaling = None if rope_type == "default" else {
+        k: v for k, v in rope.items() if k != "rope_theta"}
+    return {
+        "rope_theta": float(rope["rope_theta"]),
+        "rope_type": rope_type,
+        "rope_scaling": scaling,
+        "rms_norm_eps": float(cfg.rms_norm_eps),
+        "head_dim": int(cfg.head_dim),
+        "partial_rotary_factor": 1.0,
+        "rotary_dim": int(cfg.head_dim),
+        "hidden_size": int(cfg.hidden_size),
+        "num_attention_heads": int(cfg.num_attention_heads),
+        "num_key_value_heads": int(cfg.num_key_value_heads),
+        "intermediate_size": int(cfg.intermediate_size),
+        "num_hidden_layers": int(cfg.num_hidden_layers),
+        "vocab_size": int(cfg.vocab_size),
+        "max_position_embeddings": int(cfg.max_position_embeddings),
+    }
+
+
+def candidate_config() -> dict[str, Any]:
+    """Static facts of the port: the constants it actually uses for this variant
+    (e.g. ``rope_theta`` 10000.0 in ``rope_theta_default``)."""
+    from porting_kit.embedded.tts_port import port_constants
+
+    return _static(port_constants(lm_config(), port_options()))

@@ -1,0 +1,192 @@
+"""The embedded example's *reference*: a tiny TTS model built from real transformers classes.
+
+An AR language model over codec tokens (``Qwen3ForCausalLM``) and a neural codec
+decoder that turns codes into a waveform (``EncodecModel``), held together in one
+wrapper module :class:`TinyTTSReference` with submodules ``lm`` and ``codec``.
+Every weight is random (seeded), norm weights included (``1 + 0.1 * randn``), and
+the codec's codebooks hold random vectors with their ``inited`` flag set, so that
+a port that loads a weight wrongly, or applies a norm weight differently, changes
+the output.
+
+Token layout of the LM vocabulary: ids ``0 .. CODEBOOK_SIZE - 1`` are codec tokens,
+then the specials :data:`SPECIAL_TOKENS` (BOS, EOS, PAD, text separator).
+
+Shapes: ``input_ids`` (batch, T) int64; LM logits (batch, T, vocab_size);
+codec codes (batch, n_codebooks, frames) int64 -> waveform (batch, frames * 320)
+float32 at 24000 Hz (hop 320 samples = 8 * 5 * 4 * 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+#: Codec tokens per codebook (EnCodec bins).
+CODEBOOK_SIZE = 1024
+#: Special tokens after the codec tokens.
+SPECIAL_TOKENS = {"bos": 1024, "eos": 1025, "pad": 1026, "text_sep": 1027}
+#: LM vocabulary: codec tokens + specials.
+VOCAB_SIZE = CODEBOOK_SIZE + len(SPECIAL_TOKENS)
+#: Default seed of the random init.
+SEED = 0
+#: Codec sample rate (Hz) and hop (samples per code frame).
+SAMPLE_RATE = 24000
+HOP_LENGTH = 320
+
+
+def lm_config(rope_parameters: dict[str, Any] | None = None, **overrides: Any):
+    """The tiny Qwen3 config of the reference LM.
+
+    Parameters
+    ----------
+    rope_parameters : dict, optional
+        transformers 5.x RoPE parameters; default ``{"rope_type": "default",
+        "rope_theta": 1e6}`` (rope_theta lives here, not as a top-level attribute).
+    **overrides
+        Any other ``Qwen3Config`` field.
+
+    Returns
+    -------
+    transformers.Qwen3Config
+        vocab 1028 (1024 codec tokens + 4 specials), hidden 64, 2 layers, 4 heads,
+        2 kv heads, head_dim 16, intermediate 128, rms_norm_eps 1e-6.
+    """
+    from transformers import Qwen3Config
+
+    kwargs: dict[str, Any] = dict(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=512,
+        rope_parameters=dict(rope_parameters or {"rope_type": "default", "rope_theta": 1e6}),
+        tie_word_embeddings=False,
+        bos_token_id=SPECIAL_TOKENS["bos"],
+        eos_token_id=SPECIAL_TOKENS["eos"],
+        pad_token_id=SPECIAL_TOKENS["pad"],
+    )
+    kwargs.update(overrides)
+    return Qwen3Config(**kwargs)
+
+
+def codec_config(**overrides: Any):
+    """The tiny EnCodec config of the reference codec decoder.
+
+    24 kHz mono, causal, weight norm, ``upsampling_ratios`` [8, 5, 4, 2] (hop 320
+    samples, 75 frames/s), ``codebook_size`` 1024, target bandwidths [1.5, 3.0] kbps
+    (4 codebooks at 3.0 kbps: 3000 / (75 * log2(1024))). The layout REAL_PAIRS.md
+    gives for the 24 kHz EnCodec pair.
+
+    Returns
+    -------
+    transformers.EncodecConfig
+    """
+    from transformers import EncodecConfig
+
+    kwargs: dict[str, Any] = dict(
+        sampling_rate=SAMPLE_RATE,
+        audio_channels=1,
+        hidden_size=32,
+        num_filters=8,
+        upsampling_ratios=[8, 5, 4, 2],
+        codebook_size=CODEBOOK_SIZE,
+        target_bandwidths=[1.5, 3.0],
+        use_causal_conv=True,
+        norm_type="weight_norm",
+        normalize=False,
+    )
+    kwargs.update(overrides)
+    return EncodecConfig(**kwargs)
+
+
+class TinyTTSReference(nn.Module):
+    """The reference TTS pair: ``lm`` (``Qwen3ForCausalLM`` over codec tokens) and
+    ``codec`` (``EncodecModel``, whose decoder turns codes into a waveform).
+
+    ``forward(input_ids)`` returns the LM logits (batch, T, vocab_size);
+    :meth:`decode` turns codes (batch, n_codebooks, frames) into a waveform
+    (batch, samples) at :data:`SAMPLE_RATE` Hz.
+    """
+
+    def __init__(self, lm: nn.Module, codec: nn.Module):
+        super().__init__()
+        self.lm = lm
+        self.codec = codec
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=input_ids, use_cache=False).logits
+
+    @torch.no_grad()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes (batch, n_codebooks, frames) int64 -> waveform (batch, frames * 320) float."""
+        audio = self.codec.decode(codes[None], [None], return_dict=False)[0]
+        return audio[:, 0, :]
+
+
+def randomize_(model, seed: int = SEED) -> None:
+    """Give every parameter and codebook of ``model`` a random value, in place.
+
+    Linear/embedding weights keep the classes' own seeded init (normal, std 0.02
+    for the LM); norm weights become ``1 + 0.1 * randn`` (so that a ``(1 + w)``
+    offset or a dropped q/k norm shows); EnCodec codebooks ``embed`` / ``embed_avg``
+    become ``randn`` with ``inited`` = 1 (transformers initialises them to zero,
+    which would make every code decode to the same vector).
+
+    Uses its own forked RNG: the global torch RNG state is left as it was.
+    """
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed + 1)
+        for name, module in model.named_modules():
+            kind = type(module).__name__
+            if kind.endswith("RMSNorm") or isinstance(module, torch.nn.LayerNorm):
+                module.weight.copy_(1.0 + 0.1 * torch.randn_like(module.weight))
+            elif kind == "EncodecEuclideanCodebook":
+                module.embed.copy_(torch.randn_like(module.embed))
+                module.embed_avg.copy_(module.embed)
+                module.cluster_size.fill_(1.0)
+                module.inited.fill_(1.0)
+
+
+def build_reference(lm_cfg=None, codec_cfg=None, seed: int = SEED):
+    """Build the reference :class:`TinyTTSReference` with seeded random weights.
+
+    Parameters
+    ----------
+    lm_cfg : transformers.Qwen3Config, optional
+        Default :func:`lm_config`.
+    codec_cfg : transformers.EncodecConfig, optional
+        Default :func:`codec_config`.
+    seed : int
+        Seed of the random init; the global torch RNG is untouched
+        (``torch.random.fork_rng``).
+
+    Returns
+    -------
+    TinyTTSReference
+        In eval mode, float32, on CPU.
+    """
+    from transformers import EncodecModel, Qwen3ForCausalLM
+
+    lm_cfg = lm_cfg if lm_cfg is not None else lm_config()
+    codec_cfg = codec_cfg if codec_cfg is not None else codec_config()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        lm = Qwen3ForCausalLM(lm_cfg)
+        codec = EncodecModel(codec_cfg)
+    model = TinyTTSReference(lm, codec)
+    randomize_(model, seed)
+    return model.eval()
+
+
+def example_input_ids(length: int = 64, batch: int = 1, seed: int = SEED):
+    """Deterministic LM input: BOS then random codec tokens, shape (batch, length) int64."""
+    gen = torch.Generator().manual_seed(seed + 7)
+    ids = torch.randint(0, CODEBOOK_SIZE, (batch, length), generator=gen)
+    ids[:, 0] = SPECIAL_TOKENS["bos"]
+    return ids

@@ -1,0 +1,80 @@
+"""Small AST helpers shared by the rule families (stdlib only)."""
+
+from __future__ import annotations
+
+import ast
+
+
+def dotted(node: ast.AST) -> str:
+    """Dotted text of a Name/Attribute/Call chain: ``self.codec.decode``.
+
+    A call inside the chain shows as ``()``: ``self.get_codec().decode``;
+    anything else (subscripts, literals) shows as ``?``.
+    """
+    parts = []
+    while True:
+        cls = node.__class__
+        if cls is ast.Attribute:
+            parts.append(node.attr)
+            node = node.value
+        elif cls is ast.Name:
+            parts.append(node.id)
+            break
+        elif cls is ast.Call:
+            parts.append("()")
+            node = node.func
+        else:
+            parts.append("?")
+            break
+    parts.reverse()
+    return ".".join(parts).replace(".()", "()")
+
+
+def is_self_attr(node: ast.AST) -> str | None:
+    """``attr`` when ``node`` is ``self.attr``, else ``None``."""
+    if node.__class__ is ast.Attribute and node.value.__class__ is ast.Name and node.value.id == "self":
+        return node.attr
+    return None
+
+
+def const_str(node: ast.AST | None) -> str | None:
+    """The value of a string constant node, else ``None``."""
+    if node is not None and node.__class__ is ast.Constant and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def keyword(call: ast.Call, name: str) -> ast.AST | None:
+    """The value node of keyword ``name`` in ``call``, else ``None``."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def is_false(node: ast.AST | None) -> bool:
+    """True for the constant ``False`` (or ``0``)."""
+    return node is not None and node.__class__ is ast.Constant and node.value in (False, 0) \
+        and not isinstance(node.value, str)
+
+
+def is_minus_one(node: ast.AST) -> bool:
+    """True for ``-1`` written as a constant or a unary minus."""
+    if node.__class__ is ast.Constant:
+        return node.value == -1 and not isinstance(node.value, bool)
+    return (node.__class__ is ast.UnaryOp and isinstance(node.op, ast.USub)
+            and node.operand.__class__ is ast.Constant and node.operand.value == 1)
+
+
+def names_in(node: ast.AST) -> set[str]:
+    """Identifiers, attribute names and string constants inside a (small) expression."""
+    out: set[str] = set()
+    for sub in ast.walk(node):
+        cls = sub.__class__
+        if cls is ast.Name:
+            out.add(sub.id)
+        elif cls is ast.Attribute:
+            out.add(sub.attr)
+        elif cls is ast.Constant and isinstance(sub.value, str):
+            out.add(sub.value)
+    return out

@@ -1,0 +1,71 @@
+"""One lint finding, its ``path:line:col: CODE message (fix: ...)`` line, and ``# noqa``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from porting_kit.lint.rules import fix_for
+
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9]+(?:[\s,]+[A-Za-z0-9]+)*))?", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    """A rule violation at one place in one file.
+
+    ``line`` and ``col`` are 1-based (the flake8 / ruff convention).
+    ``file_level`` marks findings about the whole file (missing test markers):
+    the baseline matches them by path and code only.
+    """
+
+    path: str
+    line: int
+    col: int
+    code: str
+    message: str
+    file_level: bool = False
+
+    def format(self) -> str:
+        """``path:line:col: CODE message (fix: ...)``."""
+        return f"{self.path}:{self.line}:{self.col}: {self.code} {self.message} (fix: {fix_for(self.code)})"
+
+    def sort_key(self) -> tuple:
+        return (self.path, self.line, self.col, self.code)
+
+
+def noqa_codes(line_text: str) -> frozenset[str] | None:
+    """Codes a ``# noqa`` comment on ``line_text`` suppresses.
+
+    Returns ``None`` when the line has no noqa comment, an empty set for a
+    bare ``# noqa`` (suppresses every code, as in flake8), else the upper-cased
+    codes listed after ``# noqa:`` (each also suppresses codes it prefixes).
+    """
+    if "noqa" not in line_text and "NOQA" not in line_text and "Noqa" not in line_text:
+        return None
+    m = _NOQA.search(line_text)
+    if m is None:
+        return None
+    codes = m.group("codes")
+    if not codes:
+        return frozenset()
+    return frozenset(c.upper() for c in re.split(r"[\s,]+", codes) if c)
+
+
+def apply_noqa(findings: list[LintFinding], lines: list[str]) -> list[LintFinding]:
+    """Drop findings whose line carries ``# noqa`` or ``# noqa: CODE`` naming them.
+
+    ``lines`` is the file split into lines (index 0 is line 1). File-level
+    findings and PK000/PKY000 are never suppressed.
+    """
+    kept = []
+    for f in findings:
+        if f.file_level or f.code.endswith("000") or not (0 < f.line <= len(lines)):
+            kept.append(f)
+            continue
+        codes = noqa_codes(lines[f.line - 1])
+        if codes is None:
+            kept.append(f)
+        elif codes and not any(f.code.startswith(c) for c in codes):
+            kept.append(f)
+    return kept

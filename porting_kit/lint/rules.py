@@ -1,0 +1,140 @@
+"""The rule table: every lint code, what it means and how to fix it.
+
+Codes are stable strings (never renumbered); the prefix names the family and
+the module that implements it:
+
+=========  ==========================  ===================================
+prefix     family                      module
+=========  ==========================  ===================================
+``PK000``  file does not parse         :mod:`porting_kit.lint.engine`
+``PK1xx``  tensor truthiness           :mod:`porting_kit.lint.truthiness`
+``PK2xx``  per-request state           :mod:`porting_kit.lint.request_state`
+``PK3xx``  host-device sync            :mod:`porting_kit.lint.host_sync`
+``PK4xx``  codec precision             :mod:`porting_kit.lint.codec_precision`
+``PK5xx``  global RNG                  :mod:`porting_kit.lint.global_rng`
+``PK6xx``  stereo flattening           :mod:`porting_kit.lint.stereo`
+``PK7xx``  RoPE buffers                :mod:`porting_kit.lint.rope_buffers`
+``PK8xx``  optional-dependency patch   :mod:`porting_kit.lint.optional_deps`
+``PK9xx``  adapter ``build()``         :mod:`porting_kit.lint.adapter_build`
+``PKY1xx`` deploy YAML                 :mod:`porting_kit.lint.deploy_yaml`
+``PKT1xx`` test markers                :mod:`porting_kit.lint.test_markers`
+=========  ==========================  ===================================
+
+``docs/lint_rules.md`` shows a bad and a good example for every code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One lint rule: its code, a one-line summary and the fix-it hint."""
+
+    code: str
+    summary: str
+    fix: str
+
+
+RULES: dict[str, Rule] = {r.code: r for r in (
+    Rule("PK000", "file cannot be parsed (syntax error, bad encoding, too deeply nested)",
+         "make the file valid Python (python -m py_compile FILE shows the error)"),
+    Rule("PKY000", "deploy YAML cannot be parsed or its top level is not a mapping",
+         "make the file valid YAML with a mapping at the top level"),
+    # PK1xx tensor truthiness
+    Rule("PK101", "dict .get() result used for its truth value where the value can be a tensor",
+         "test presence explicitly: `v = d.get(a)` then `if v is None: v = d.get(b)`"),
+    Rule("PK102", "a tensor used for its truth value (`x or y`, `if x:`, `not x`)",
+         "compare explicitly: `x is not None`, `x.numel() > 0` or `bool(x.any())`"),
+    # PK2xx per-request state
+    Rule("PK201", "per-request state on self indexed by a constant inside forward()",
+         "key the state by the request's `global_request_id` from runtime_additional_information"),
+    Rule("PK202", "legacy request key `_omni_req_id` (the engine never sets it)",
+         "read `info['global_request_id']`"),
+    Rule("PK203", "request-key fallback chain ends in id(...) (a recycled object id collapses requests)",
+         "require `global_request_id`; raise if it is missing instead of falling back to id()"),
+    Rule("PK204", "per-request generator/stream state not keyed by the request id",
+         "key the dict by `info['global_request_id']` and pop it in on_requests_finished()"),
+    # PK3xx host-device sync
+    Rule("PK301", "host-device sync (.item()/.cpu()/.tolist()/.numpy()) inside a loop of a hot path",
+         "keep values on the device (torch.where, dst.copy_(src)); move one tensor to the host after the loop"),
+    Rule("PK302", "explicit synchronize() inside a loop of a hot path",
+         "drop the synchronize (or use events outside the loop when timing)"),
+    # PK4xx codec precision
+    Rule("PK401", "codec / vocoder / decoder call under torch.autocast",
+         "run the codec in float32: wrap it in `torch.autocast(device_type, enabled=False)`"),
+    Rule("PK402", "codec / vocoder / decoder cast to half precision",
+         "keep the codec in float32 (`.float()`); cast its input, not the module"),
+    # PK5xx global RNG
+    Rule("PK501", "global RNG seeded in model code",
+         "draw from a per-request `torch.Generator`; if upstream needs the global RNG, save and restore "
+         "it around the step (torch.random.fork_rng / get_rng_state + set_rng_state)"),
+    Rule("PK502", "sampling without generator= in per-request code (draws from the global RNG)",
+         "pass `generator=` (one torch.Generator per request, seeded from the request's seed)"),
+    # PK6xx stereo flattening
+    Rule("PK601", "(channels, samples) transposed then flattened: interleaves channels into mono samples",
+         "mix down instead: `wav.mean(dim=0)` (or keep channels and write a 2-D array)"),
+    Rule("PK602", "multi-channel waveform flattened to 1-D",
+         "mix down with `.mean(dim=0)` or select a channel; do not concatenate channels"),
+    # PK7xx RoPE buffers
+    Rule("PK701", "non-persistent inv_freq buffer in a module built on the meta device, never re-initialised",
+         "recompute inv_freq after loading (in load_weights / _init_weights) or name the class "
+         "*RotaryEmbedding and keep `original_inv_freq` so transformers re-initialises it"),
+    # PK8xx optional-dependency fallback
+    Rule("PK801", "optional-dependency fallback patch applied at module import time",
+         "move the try/except ImportError patch into load_weights() (or the first call that needs it)"),
+    # PK9xx adapter build()
+    Rule("PK901", "adapter build() extracts a request value it never forwards",
+         "forward it into the prompt / tts_params (and test that it reaches the model), or drop it"),
+    # PKY1xx deploy YAML
+    Rule("PKY101", "topology key in a deploy file (topology belongs in pipeline.py)",
+         "move it to the StagePipelineConfig in pipeline.py; deploy YAML holds placement only"),
+    Rule("PKY102", "key unknown to the vLLM-Omni deploy schema (silently ignored or sent to engine_extras)",
+         "fix the spelling or remove the key (put engine-specific extras under engine_extras:)"),
+    Rule("PKY103", "max_num_seqs below 4 without a comment giving the reason",
+         "raise it to >= 4, or add a comment on that line or above it saying why serial generation is required"),
+    # PKT1xx test markers
+    Rule("PKT101", "test file has no CI tier marker (core_model / advanced_model / full_model / local_model)",
+         "add e.g. `pytestmark = [pytest.mark.core_model, pytest.mark.cpu]`"),
+    Rule("PKT102", "test file has no hardware marker (cpu / gpu / cuda / ... or hardware_test(...))",
+         "add `pytest.mark.cpu` or decorate with `@hardware_test(res={...})`"),
+)}
+
+
+def fix_for(code: str) -> str:
+    """Return the fix-it hint of ``code`` (``KeyError`` for an unknown code)."""
+    return RULES[code].fix
+
+
+def select_codes(select: list[str] | None, ignore: list[str] | None) -> frozenset[str]:
+    """Resolve ``--select`` / ``--ignore`` into the set of enabled codes.
+
+    Each entry is a code or a code prefix (``PK3`` enables ``PK301`` and
+    ``PK302``; ``PKY`` all deploy-YAML rules). ``PK000`` / ``PKY000`` (the file
+    does not parse) are enabled whenever any code of the same language is.
+    Raises ``ValueError`` naming an entry that matches no code.
+    """
+    def expand(entries: list[str]) -> set[str]:
+        out: set[str] = set()
+        for entry in entries:
+            entry = entry.strip().upper()
+            if not entry:
+                continue
+            hits = {c for c in RULES if c.startswith(entry)}
+            if not hits:
+                raise ValueError(f"unknown rule code {entry!r} (codes: {', '.join(sorted(RULES))})")
+            out |= hits
+        return out
+
+    enabled = expand(select) if select else set(RULES)
+    if ignore:
+        enabled -= expand(ignore)
+    if any(c.startswith("PK") and c[2:3].isdigit() and c != "PK000" for c in enabled) or \
+            any(c.startswith("PKT") for c in enabled):
+        if not ignore or "PK000" not in expand(ignore):
+            enabled.add("PK000")
+    if any(c.startswith("PKY") and c != "PKY000" for c in enabled):
+        if not ignore or "PKY000" not in expand(ignore):
+            enabled.add("PKY000")
+    return frozenset(enabled)

@@ -1,0 +1,109 @@
+"""Comparison tolerances, chosen by dtype.
+
+fp32 / fp64 follow ``torch.testing.assert_close``'s defaults and are elementwise:
+``|a - b| <= atol + rtol * |b|`` (fp32: rtol 1.3e-6, atol 1e-5; fp64: rtol 1e-7,
+atol 1e-7). Two independent implementations of the same fp32 model differ by
+op order only, which stays well inside these bounds (measured: the Meta-vs-HF
+Llama pair's logits max |diff| 5e-7; the embedded example's 1e-6 or less).
+
+bf16 / fp16 cannot use elementwise bounds across implementations: a fused
+qkv matmul, a different reduction order or an fp32 accumulate change single
+elements by several ulps. They use a tensor-level relative error
+``||a - b||_2 / ||b||_2 <= rel``. The default ``rel`` values come from a
+measurement (``benchmarks/check_overhead.py --measure-tolerance``; see the
+README's "Tolerances" section): the largest per-module relative error of the
+clean embedded pair in bf16 was about 8e-3 and in fp16 about 1e-3; the
+defaults put a margin of about 4x over that and stay far under what a real
+fault produces (a wrong rope_theta or eps gives 1e-1 and more).
+
+A spec may override them with ``tolerances = {"float32": {"rtol": 1e-5, "atol": 1e-4},
+"bfloat16": {"rel": 0.05}}`` (keys: dtype names; values: the fields of
+:class:`Tolerance`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from porting_kit.errors import InputError
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Tolerance for one dtype.
+
+    Attributes
+    ----------
+    dtype : str
+        ``float32``, ``float64``, ``bfloat16`` or ``float16``.
+    rtol, atol : float
+        Elementwise bounds (fp32/fp64), as ``torch.testing.assert_close``.
+    rel : float or None
+        Tensor-level relative error bound ``||a-b|| / ||b||`` (bf16/fp16);
+        ``None`` for the elementwise dtypes.
+    """
+
+    dtype: str
+    rtol: float
+    atol: float
+    rel: float | None = None
+
+    @property
+    def elementwise(self) -> bool:
+        return self.rel is None
+
+    def tensor_bound(self, numel: int, ref_norm: float) -> float:
+        """Upper bound on ``||a - b||_2`` implied by the tolerance for a tensor of
+        ``numel`` elements whose reference has 2-norm ``ref_norm``.
+
+        Elementwise: if every element satisfies ``|a-b| <= atol + rtol|b|`` then
+        ``||a-b|| <= atol*sqrt(n) + rtol*||b||`` (triangle inequality), so a larger
+        norm proves a violation. Tensor-level: ``rel * ||b||``.
+        """
+        if self.rel is not None:
+            return self.rel * ref_norm
+        return self.atol * math.sqrt(max(numel, 1)) + self.rtol * ref_norm
+
+    def describe(self) -> str:
+        if self.rel is not None:
+            return f"{self.dtype}: ||a-b||/||b|| <= {self.rel:g}"
+        return f"{self.dtype}: |a-b| <= {self.atol:g} + {self.rtol:g}*|b|"
+
+
+DEFAULTS: dict[str, Tolerance] = {
+    "float64": Tolerance("float64", rtol=1e-7, atol=1e-7),
+    "float32": Tolerance("float32", rtol=1.3e-6, atol=1e-5),
+    "bfloat16": Tolerance("bfloat16", rtol=1.6e-2, atol=1e-5, rel=3e-2),
+    "float16": Tolerance("float16", rtol=1e-3, atol=1e-5, rel=5e-3),
+}
+
+
+def dtype_name(dtype: Any) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).replace("torch.", "")
+
+
+def tolerance_for(dtype: Any, overrides: dict[str, dict[str, float]] | None = None) -> Tolerance:
+    """The tolerance for ``dtype`` (a torch dtype or its name), with the spec's overrides.
+
+    Raises
+    ------
+    InputError
+        When an override names an unknown field or dtype.
+    """
+    name = dtype_name(dtype)
+    tol = DEFAULTS.get(name, DEFAULTS["float32"])
+    if overrides:
+        for key in overrides:
+            if key not in DEFAULTS:
+                raise InputError(f"tolerances: unknown dtype {key!r}; use {', '.join(DEFAULTS)}")
+        over = overrides.get(name)
+        if over:
+            bad = set(over) - {"rtol", "atol", "rel"}
+            if bad:
+                raise InputError(f"tolerances[{name!r}]: unknown field(s) {', '.join(sorted(bad))}; "
+                                 "use rtol, atol, rel")
+            tol = replace(tol, **{k: float(v) for k, v in over.items()})
+    return tol

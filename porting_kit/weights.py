@@ -1,0 +1,222 @@
+"""Load the reference's weights into the candidate, and account for every tensor.
+
+Weights flow reference -> candidate (DESIGN.md, "The port spec"), by the first
+of these that the spec / candidate offers:
+
+1. the spec's ``convert_weights(reference_state_dict) -> dict`` (candidate state
+   dict, loaded with ``load_state_dict(strict=False)``);
+2. the candidate's own vLLM-style ``load_weights(iterable of (name, tensor))``;
+3. plain ``load_state_dict`` when the names match.
+
+Accounting
+----------
+*Candidate parameters never set*: before loading, every floating-point
+parameter of the candidate is filled with NaN; one still all-NaN afterwards
+was never written. It is then given back its own initial values, so the
+forward shows what the port would really compute.
+
+*Reference tensors never loaded*: a reference tensor counts as loaded when its
+values appear in some candidate parameter. A handful of sampled values are
+looked up (``torch.isin``) in every candidate parameter: renames, transposes,
+q/k permutations, splits and fused concatenations (``qkv_proj``,
+``gate_up_proj``) all keep values, so the same lookup also yields the weight
+map (candidate parameter -> reference tensors) that alignment uses. Tensors
+whose sampled values are not distinct (constant init, e.g. all-ones) cannot be
+traced and are not reported. A conversion that changes values (rescaling,
+folding ``1 + w``) must list those reference tensors in the spec's
+``transformed_weights`` (fnmatch patterns); reference tensors the port does
+not need at all go in ``unused_reference_weights``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from porting_kit.errors import InputError
+from porting_kit.spec import Spec
+
+_SAMPLES_PER_TENSOR = 4
+
+
+@dataclass
+class WeightLoad:
+    """What happened when the reference's weights were loaded into the candidate.
+
+    Attributes
+    ----------
+    method : str
+        ``convert_weights``, ``load_weights`` or ``names``.
+    weight_map : dict[str, list[str]]
+        Candidate parameter name -> reference tensor names whose values it holds.
+    unmapped_reference : list[str]
+        Reference tensors whose values appear in no candidate parameter.
+    unset_candidate : list[str]
+        Candidate parameters that loading never wrote.
+    untraceable : list[str]
+        Reference tensors with non-distinct values (not checked).
+    """
+
+    method: str
+    weight_map: dict[str, list[str]] = field(default_factory=dict)
+    unmapped_reference: list[str] = field(default_factory=list)
+    unset_candidate: list[str] = field(default_factory=list)
+    untraceable: list[str] = field(default_factory=list)
+
+
+class _Tracking:
+    """Iterator over ``(name, tensor)`` that remembers the last item handed out."""
+
+    def __init__(self, items: Iterable[tuple[str, Any]]):
+        self._it = iter(items)
+        self.last: tuple[str, Any] | None = None
+        self.count = 0
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        return self
+
+    def __next__(self) -> tuple[str, Any]:
+        self.last = next(self._it)
+        self.count += 1
+        return self.last
+
+
+def _materialize(candidate) -> None:
+    """A candidate built on the meta device gets real (uninitialised) storage, as
+    vLLM's loader does with ``to_empty``; non-persistent buffers stay garbage —
+    exactly the state in which a port must recompute them (``rope.inv_freq_uninitialized``)."""
+    import torch
+
+    if any(t.is_meta for t in list(candidate.parameters()) + list(candidate.buffers())):
+        candidate.to_empty(device=torch.device("cpu"))
+
+
+def _check_shapes(sd: dict[str, Any], candidate, source: str) -> None:
+    cand_sd = candidate.state_dict()
+    for name, tensor in sd.items():
+        if name in cand_sd and tuple(cand_sd[name].shape) != tuple(tensor.shape):
+            raise InputError(f"weights cannot be loaded into the candidate: {name} has shape "
+                             f"{tuple(tensor.shape)} in the {source} but {tuple(cand_sd[name].shape)} "
+                             "in the candidate")
+
+
+def load_weights(spec: Spec, reference, candidate) -> WeightLoad:
+    """Load ``reference``'s weights into ``candidate`` (in place) and account for them.
+
+    Parameters
+    ----------
+    spec : Spec
+        Supplies ``convert_weights`` / ``transformed_weights`` /
+        ``unused_reference_weights`` when defined.
+    reference, candidate : torch.nn.Module
+
+    Returns
+    -------
+    WeightLoad
+
+    Raises
+    ------
+    InputError
+        When the weights cannot be loaded at all: a shape mismatch (names the
+        tensor and both shapes), or the candidate's ``load_weights`` /
+        the spec's ``convert_weights`` raising.
+    """
+    import torch
+
+    _materialize(candidate)
+    ref_sd = {k: v.detach() for k, v in reference.state_dict().items()}
+    params = dict(candidate.named_parameters())
+    with torch.no_grad():
+        saved = {n: p.detach().clone() for n, p in params.items() if p.is_floating_point()}
+        for n in saved:
+            params[n].fill_(float("nan"))
+
+        if spec.has("convert_weights"):
+            method = "convert_weights"
+            converted = spec.call("convert_weights", dict(ref_sd))
+            if not isinstance(converted, dict):
+                raise InputError(f"{spec.name}: convert_weights() must return a dict of tensors, "
+                                 f"got {type(converted).__name__}")
+            _check_shapes(converted, candidate, "converted reference weights")
+            candidate.load_state_dict(converted, strict=False)
+        elif callable(getattr(candidate, "load_weights", None)):
+            method = "load_weights"
+            items = _Tracking(ref_sd.items())
+            try:
+                candidate.load_weights(items)
+            except Exception as exc:  # noqa: BLE001 - the load itself failed: exit 2
+                where = ""
+                if items.last is not None:
+                    where = f" while loading {items.last[0]} (shape {tuple(items.last[1].shape)})"
+                raise InputError(f"weights cannot be loaded into the candidate{where}: "
+                                 f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                                 ) from exc
+        else:
+            method = "names"
+            _check_shapes(ref_sd, candidate, "reference state dict")
+            candidate.load_state_dict(ref_sd, strict=False)
+
+        unset = [n for n, p in params.items() if n in saved and p.numel() and bool(torch.isnan(p).all())]
+        for n in unset:
+            params[n].copy_(saved[n])
+        del saved
+
+        result = WeightLoad(method=method, unset_candidate=unset)
+        _trace_values(ref_sd, params, result, spec)
+    return result
+
+
+def _trace_values(ref_sd: dict[str, Any], params: dict[str, Any], result: WeightLoad, spec: Spec) -> None:
+    """Fill ``weight_map`` / ``unmapped_reference`` / ``untraceable`` by value lookup."""
+    import torch
+
+    exempt = list(spec.get("transformed_weights", []) or []) + list(spec.get("unused_reference_weights", []) or [])
+    sample_vals: list[float] = []
+    owners: list[int] = []
+    names: list[str] = []
+    for name, t in ref_sd.items():
+        if not t.is_floating_point() or t.numel() == 0:
+            continue
+        if any(fnmatch.fnmatchcase(name, pat) for pat in exempt):
+            continue
+        flat = t.reshape(-1)
+        k = min(_SAMPLES_PER_TENSOR, flat.numel())
+        idx = torch.linspace(0, flat.numel() - 1, k).round().long().to(flat.device)
+        vals = flat[idx].float().cpu()
+        if k < 2 or torch.unique(vals).numel() < k or not bool(torch.isfinite(vals).all()):
+            result.untraceable.append(name)
+            continue
+        names.append(name)
+        sample_vals.extend(vals.tolist())
+        owners.extend([len(names) - 1] * k)
+    if not names:
+        return
+    samples = torch.tensor(sample_vals, dtype=torch.float32)
+    order = torch.argsort(samples)
+    sorted_vals, sorted_owner = samples[order], torch.tensor(owners)[order]
+    found: dict[int, dict[str, int]] = {}
+    for pname, p in params.items():
+        if not p.is_floating_point() or p.numel() == 0:
+            continue
+        s = sorted_vals.to(device=p.device, dtype=p.dtype)
+        flat = p.detach().reshape(-1)
+        hit = torch.isin(flat, s)
+        if not bool(hit.any()):
+            continue
+        hit_vals = torch.unique(flat[hit]).float().cpu()
+        pos = torch.searchsorted(sorted_vals.to(p.dtype).float(), hit_vals)
+        for j, v in zip(pos.tolist(), hit_vals.tolist()):
+            # equal values may repeat in the sorted samples: walk over the run
+            while j < len(sorted_vals) and float(sorted_vals[j].to(p.dtype)) == v:
+                owner = int(sorted_owner[j])
+                found.setdefault(owner, {}).setdefault(pname, 0)
+                found[owner][pname] += 1
+                j += 1
+    need = max(2, _SAMPLES_PER_TENSOR // 2)
+    for i, rname in enumerate(names):
+        holders = [c for c, cnt in found.get(i, {}).items() if cnt >= need]
+        if not holders:
+            result.unmapped_reference.append(rname)
+        for c in holders:
+            result.weight_map.setdefault(c, []).append(rname)
