@@ -16,7 +16,7 @@ was never written. It is then given back its own initial values, so the
 forward shows what the port would really compute.
 
 *Reference tensors never loaded*: a reference tensor counts as loaded when its
-values appear in some candidate parameter. A handful of sampled values are
+values appear in some candidate parameter or persistent buffer. A handful of sampled values are
 looked up (``torch.isin``) in every candidate parameter: renames, transposes,
 q/k permutations, splits and fused concatenations (``qkv_proj``,
 ``gate_up_proj``) all keep values, so the same lookup also yields the weight
@@ -163,12 +163,14 @@ def load_weights(spec: Spec, reference, candidate) -> WeightLoad:
         del saved
 
         result = WeightLoad(method=method, unset_candidate=unset)
-        _trace_values(ref_sd, params, result, spec)
+        # values may land in parameters or persistent buffers (codebooks are buffers)
+        _trace_values(ref_sd, dict(candidate.state_dict()), result, spec)
     return result
 
 
 def _trace_values(ref_sd: dict[str, Any], params: dict[str, Any], result: WeightLoad, spec: Spec) -> None:
-    """Fill ``weight_map`` / ``unmapped_reference`` / ``untraceable`` by value lookup."""
+    """Fill ``weight_map`` / ``unmapped_reference`` / ``untraceable`` by value lookup in
+    ``params`` (the candidate's state dict: parameters and persistent buffers)."""
     import torch
 
     exempt = list(spec.get("transformed_weights", []) or []) + list(spec.get("unused_reference_weights", []) or [])

@@ -83,10 +83,11 @@ import random
 import shutil
 import tempfile
 import types
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Self
 
 #: Stop token of the single-stage AR TTS pipeline (moss_tts_nano/pipeline.py ``stop_token_ids``).
 DEFAULT_EOS_TOKEN_ID = 2
@@ -386,10 +387,10 @@ class EngineDriver:
         self._finished_since_last_step: list[str] = []
 
     # -- housekeeping --------------------------------------------------------
-    def __enter__(self) -> "EngineDriver":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -433,7 +434,7 @@ class EngineDriver:
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - re-raised with the call named
+        except Exception as exc:
             raise EngineError(f"{what} raised {type(exc).__name__}: {exc}") from exc
 
     # -- requests -------------------------------------------------------------
@@ -523,6 +524,8 @@ class EngineDriver:
                 if not isinstance(exc.__cause__, TypeError):
                     raise
                 logits = self._call("compute_logits", self.model.compute_logits, sample_hidden)
+        if not isinstance(logits, torch.Tensor):
+            raise EngineError(f"compute_logits returned {type(logits).__name__}, not a tensor")
         logits_rows = int(logits.shape[0]) if logits.ndim >= 1 else 0
         tokens = logits.argmax(dim=-1).reshape(-1).tolist() if logits.ndim == 2 else []
         # A row compute_logits did not cover is taken as finished (the scheduler
@@ -713,6 +716,7 @@ class ContractSuite:
     requests: list[EngineRequest]
     solo: dict[str, Scenario]
     solo_repeat: Scenario
+    solo_continued: Scenario
     batches: list[Scenario]
     serial_after_abort: Scenario
     serial_aborted: str
@@ -723,6 +727,16 @@ class ContractSuite:
     dummy_temp_files: int
     sample_rate: int | None
 
+    def scenarios(self) -> list[Scenario]:
+        """Every scenario that ran real engine steps, solo runs first."""
+        return [*self.solo.values(), self.solo_repeat, self.solo_continued, *self.batches,
+                self.serial_after_abort]
+
+    def all_calls(self) -> list[tuple[str, ForwardCall]]:
+        """``(scenario name, call)`` for every recorded model call, dummy calls last."""
+        out = [(sc.name, c) for sc in self.scenarios() for c in sc.calls]
+        return out + [("dummy", c) for c in self.dummy]
+
 
 def default_requests(n: int = 4) -> list[EngineRequest]:
     """``n`` (<= 4) seeded requests of different lengths: :data:`DEFAULT_REQUESTS`."""
@@ -731,8 +745,10 @@ def default_requests(n: int = 4) -> list[EngineRequest]:
 
 def _fresh(model_factory: Callable[[], Any]) -> Any:
     model = model_factory()
-    if model is None:
-        raise EngineError("engine_model() returned None")
+    missing = [m for m in ("forward", "compute_logits") if not callable(getattr(model, m, None))]
+    if missing:
+        raise EngineError(f"returned {type(model).__name__}, which has no "
+                          f"{' / '.join(m + '()' for m in missing)}: not a generator-style model")
     return model
 
 
@@ -748,8 +764,10 @@ def run_contract_suite(model_factory: Callable[[], Any], requests: Sequence[Engi
     ---------
     solo
         each request alone (the reference for every comparison).
-    solo_repeat
-        the first request alone again on the same model (determinism).
+    solo_repeat, solo_continued
+        the first request alone again on the same model, once from the reset
+        process RNG and once from the state the previous run left (determinism:
+        intrinsic vs through the process RNG).
     batches
         ``interleaved`` (all join at step 0, fifo rows), ``permuted`` (rows
         shuffled every step), ``joining`` (two at step 0, the others join at
@@ -772,8 +790,8 @@ def run_contract_suite(model_factory: Callable[[], Any], requests: Sequence[Engi
         raise ValueError("run_contract_suite needs at least 3 requests")
 
     def clone(req: EngineRequest, **kw: Any) -> EngineRequest:
-        data = dict(request_id=req.request_id, text=req.text, seed=req.seed,
-                    extra=dict(req.extra), arrival_step=req.arrival_step)
+        data = {"request_id": req.request_id, "text": req.text, "seed": req.seed,
+                "extra": dict(req.extra), "arrival_step": req.arrival_step}
         data.update(kw)
         return EngineRequest(**data)
 
@@ -790,7 +808,12 @@ def run_contract_suite(model_factory: Callable[[], Any], requests: Sequence[Engi
         res, calls = run_requests(model, [clone(reqs[0], request_id=reqs[0].request_id + "-again",
                                                 arrival_step=0)], max_steps=max_steps, device=device)
         solo_repeat = Scenario("solo_repeat", res, calls,
-                               f"{reqs[0].request_id} alone a second time")
+                               f"{reqs[0].request_id} alone again, process RNG reset first")
+        # ... and once more without resetting the process RNG (as in a live server)
+        res, calls = run_requests(model, [clone(reqs[0], request_id=reqs[0].request_id + "-third",
+                                                arrival_step=0)], max_steps=max_steps, device=device)
+        solo_continued = Scenario("solo_continued", res, calls,
+                                  f"{reqs[0].request_id} alone again, process RNG as the last run left it")
 
         batches = []
         plans = [
@@ -844,5 +867,5 @@ def run_contract_suite(model_factory: Callable[[], Any], requests: Sequence[Engi
             dummy_g, dummy_f = drv.live_generators(), len(drv.temp_files())
 
     sr = next((r.sample_rate for s in solo.values() for r in s.results.values() if r.sample_rate), None)
-    return ContractSuite(reqs, solo, solo_repeat, batches, serial, reqs[0].request_id, abort_step,
+    return ContractSuite(reqs, solo, solo_repeat, solo_continued, batches, serial, reqs[0].request_id, abort_step,
                          probe, dummy, dummy_g, dummy_f, sr)

@@ -26,7 +26,7 @@ from typing import Any
 
 from porting_kit.align import AlignedPair, Alignment, align
 from porting_kit.capture import (Record, capture_full, capture_summaries, estimate_abs_err,
-                                 estimate_rel_err, finalize)
+                                 estimate_rel_err)
 from porting_kit.compare import describe_mismatch, first_tensor, tensor_metrics
 from porting_kit.context import CheckContext
 from porting_kit.errors import InputError
@@ -179,7 +179,6 @@ def _forward(spec, side, model, inputs, records):
     with capture_summaries(model, records), torch.no_grad():
         out = _run(spec, side, model, inputs)
     _sync(out)
-    finalize(records)
     return out
 
 

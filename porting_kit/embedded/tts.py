@@ -14,6 +14,9 @@ factor 4 that the port drops). Values chosen so the faults show:
 
 * ``norm_eps``: reference eps 1e-6, candidate 1e-5. The LM's embeddings have
   std 0.02 (mean square 4e-4), so eps 1e-5 moves the first norm's output by ~1 %.
+* ``rope_position_offset``: only the queries are shifted (by 3). RoPE is
+  relative: shifting queries and keys alike changes no q.k score, so a uniform
+  shift would leave the output unchanged.
 * ``norm_no_fp32_upcast``: identical to the clean port in float32; it differs
   only when run in bfloat16 (``--dtype bfloat16``).
 
@@ -37,7 +40,7 @@ VARIANTS = {
     "rope_theta_default": "port reads config.rope_theta only, falls back to 10000 (reference 1e6 in rope_parameters)",
     "rope_interleaved": "port rotates interleaved pairs (GPT-J) instead of halves (NeoX)",
     "rope_partial": "port applies rotary to half of head_dim only",
-    "rope_position_offset": "port shifts positions by 3",
+    "rope_position_offset": "port rotates queries at position + 3 (keys at the engine's positions)",
     "rope_scaling_ignored": "reference uses linear rope scaling factor 4; the port drops it",
     "rope_low_precision": "port computes inv_freq and cos/sin in bfloat16",
     "norm_eps": "port uses rms_norm_eps 1e-5 (reference 1e-6)",

@@ -21,12 +21,17 @@ logits (batch, T, 1028).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from porting_kit.adapters.torchaudio_guard import ensure_importable
+
+ensure_importable()  # a CUDA-only torchaudio wheel must not break `import transformers`
 
 
 @dataclass
@@ -59,7 +64,10 @@ class PortOptions:
     partial_rotary_factor : float
         Fraction of head_dim that gets rotary (reference: 1.0).
     position_offset : int
-        Added to the positions before RoPE (reference: 0).
+        Added to the query positions before RoPE (reference: 0); the keys keep
+        the engine's positions, as when a decode step rotates the new token at
+        ``p + k`` against keys cached at ``p``. (Shifting queries and keys alike
+        would cancel in q.k, RoPE being relative, and change nothing.)
     ignore_rope_scaling : bool
         Drop ``rope_parameters["rope_type"]`` scaling (linear factor...) and use
         the plain inverse frequencies.
@@ -243,6 +251,9 @@ class RotaryEmbedding(nn.Module):
         Linear position-interpolation factor (1.0: none).
     dtype : torch.dtype
         Dtype in which ``inv_freq`` and cos/sin are computed (float32 normally).
+    query_position_offset : int
+        Fault knob: the query is rotated at ``positions + query_position_offset``,
+        the key at ``positions``.
 
     Attributes
     ----------
@@ -253,7 +264,7 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_size: int, rotary_dim: int, max_position_embeddings: int,
                  base: float, is_neox_style: bool = True, scaling_factor: float = 1.0,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, query_position_offset: int = 0):
         super().__init__()
         self.head_size = head_size
         self.rotary_dim = rotary_dim
@@ -262,6 +273,7 @@ class RotaryEmbedding(nn.Module):
         self.is_neox_style = is_neox_style
         self.scaling_factor = scaling_factor
         self.compute_dtype = dtype
+        self.query_position_offset = query_position_offset
         self.register_buffer("inv_freq", self.compute_inv_freq(), persistent=False)
 
     def compute_inv_freq(self) -> torch.Tensor:
@@ -285,7 +297,11 @@ class RotaryEmbedding(nn.Module):
         """Rotate query (..., T, n_heads * head_size) and key (..., T, n_kv_heads * head_size)
         at ``positions`` (..., T); returns both, same shapes and dtypes."""
         cos, sin = self.cos_sin(positions)
-        return self._rotate(query, cos, sin), self._rotate(key, cos, sin)
+        if self.query_position_offset:
+            cos_q, sin_q = self.cos_sin(positions + self.query_position_offset)
+        else:
+            cos_q, sin_q = cos, sin
+        return self._rotate(query, cos_q, sin_q), self._rotate(key, cos, sin)
 
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -303,7 +319,9 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"head_size={self.head_size}, rotary_dim={self.rotary_dim}, base={self.base}, "
-                f"is_neox_style={self.is_neox_style}, scaling_factor={self.scaling_factor}")
+                f"is_neox_style={self.is_neox_style}, scaling_factor={self.scaling_factor}"
+                + (f", query_position_offset={self.query_position_offset}"
+                   if self.query_position_offset else ""))
 
 
 # --------------------------------------------------------------------------- linears
@@ -396,7 +414,7 @@ class Attention(nn.Module):
         self.rotary_emb = RotaryEmbedding(
             self.head_dim, c["rotary_dim"], c["max_position_embeddings"], c["rope_theta"],
             is_neox_style=c["rope_layout"] == "rotate_half", scaling_factor=scaling,
-            dtype=getattr(torch, c["rope_dtype"]))
+            dtype=getattr(torch, c["rope_dtype"]), query_position_offset=options.position_offset)
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         qkv = self.qkv_proj(hidden_states)
@@ -465,14 +483,11 @@ class Talker(nn.Module):
 
     def __init__(self, c: dict[str, Any], options: PortOptions):
         super().__init__()
-        self.position_offset = options.position_offset
         self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
         self.layers = nn.ModuleList(DecoderLayer(c, options, i) for i in range(c["num_hidden_layers"]))
         self.norm = make_norm(c["hidden_size"], c["rms_norm_eps"], options)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if self.position_offset:
-            positions = positions + self.position_offset
         h = self.embed_tokens(input_ids)
         for layer in self.layers:
             h = layer(positions, h)
@@ -489,8 +504,10 @@ class CodecWrapper(nn.Module):
     def __init__(self, codec_config: Any):
         super().__init__()
         from transformers import EncodecModel
+        from transformers.initialization import no_init_weights
 
-        self.model = EncodecModel(codec_config)
+        with no_init_weights():  # a port does not initialise what it loads
+            self.model = EncodecModel(codec_config)
         self.sample_rate = int(codec_config.sampling_rate)
         self.hop_length = int(math.prod(codec_config.upsampling_ratios))
 

@@ -23,6 +23,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from porting_kit.adapters.torchaudio_guard import ensure_importable
+
+ensure_importable()  # a CUDA-only torchaudio wheel must not break `import transformers`
+
 #: Codec tokens per codebook (EnCodec bins).
 CODEBOOK_SIZE = 1024
 #: Special tokens after the codec tokens.
@@ -55,22 +59,22 @@ def lm_config(rope_parameters: dict[str, Any] | None = None, **overrides: Any):
     """
     from transformers import Qwen3Config
 
-    kwargs: dict[str, Any] = dict(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        rms_norm_eps=1e-6,
-        max_position_embeddings=512,
-        rope_parameters=dict(rope_parameters or {"rope_type": "default", "rope_theta": 1e6}),
-        tie_word_embeddings=False,
-        bos_token_id=SPECIAL_TOKENS["bos"],
-        eos_token_id=SPECIAL_TOKENS["eos"],
-        pad_token_id=SPECIAL_TOKENS["pad"],
-    )
+    kwargs: dict[str, Any] = {
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 512,
+        "rope_parameters": dict(rope_parameters or {"rope_type": "default", "rope_theta": 1e6}),
+        "tie_word_embeddings": False,
+        "bos_token_id": SPECIAL_TOKENS["bos"],
+        "eos_token_id": SPECIAL_TOKENS["eos"],
+        "pad_token_id": SPECIAL_TOKENS["pad"],
+    }
     kwargs.update(overrides)
     return Qwen3Config(**kwargs)
 
@@ -89,18 +93,18 @@ def codec_config(**overrides: Any):
     """
     from transformers import EncodecConfig
 
-    kwargs: dict[str, Any] = dict(
-        sampling_rate=SAMPLE_RATE,
-        audio_channels=1,
-        hidden_size=32,
-        num_filters=8,
-        upsampling_ratios=[8, 5, 4, 2],
-        codebook_size=CODEBOOK_SIZE,
-        target_bandwidths=[1.5, 3.0],
-        use_causal_conv=True,
-        norm_type="weight_norm",
-        normalize=False,
-    )
+    kwargs: dict[str, Any] = {
+        "sampling_rate": SAMPLE_RATE,
+        "audio_channels": 1,
+        "hidden_size": 32,
+        "num_filters": 8,
+        "upsampling_ratios": [8, 5, 4, 2],
+        "codebook_size": CODEBOOK_SIZE,
+        "target_bandwidths": [1.5, 3.0],
+        "use_causal_conv": True,
+        "norm_type": "weight_norm",
+        "normalize": False,
+    }
     kwargs.update(overrides)
     return EncodecConfig(**kwargs)
 
@@ -129,22 +133,49 @@ class TinyTTSReference(nn.Module):
         return audio[:, 0, :]
 
 
-def randomize_(model, seed: int = SEED) -> None:
-    """Give every parameter and codebook of ``model`` a random value, in place.
+def randomize_codec_(codec: nn.Module) -> None:
+    """Seeded LeCun-normal init of every codec parameter, in place (call under a seeded RNG).
 
-    Linear/embedding weights keep the classes' own seeded init (normal, std 0.02
-    for the LM); norm weights become ``1 + 0.1 * randn`` (so that a ``(1 + w)``
-    offset or a dropped q/k norm shows); EnCodec codebooks ``embed`` / ``embed_avg``
-    become ``randn`` with ``inited`` = 1 (transformers initialises them to zero,
-    which would make every code decode to the same vector).
+    Weights ``normal(0, 1 / sqrt(fan_in))``, biases ``uniform(-0.1, 0.1)``; for
+    weight-normed convolutions the direction ``original1`` (v) is drawn and the
+    magnitude ``original0`` (g) set to ``||v||`` over the non-output axes, so the
+    effective weight is ``v``. Done directly on the parametrization tensors:
+    transformers' own init recomputes the weight norm on every access (~100
+    ``torch._weight_norm`` calls), which dominates build time on a busy CPU.
+    """
+    with torch.no_grad():
+        for name, p in codec.named_parameters():
+            if name.endswith("parametrizations.weight.original0"):
+                continue
+            if p.dim() >= 2:
+                p.normal_(0.0, p[0].numel() ** -0.5)
+            else:
+                p.uniform_(-0.1, 0.1)
+        for module in codec.modules():
+            plist = getattr(module, "parametrizations", None)
+            if plist is None or "weight" not in plist:
+                continue
+            g, v = plist.weight.original0, plist.weight.original1
+            dims = [d for d in range(v.dim()) if g.shape[d] == 1]
+            g.copy_(torch.linalg.vector_norm(v, dim=dims, keepdim=True))
+
+
+def randomize_(model: nn.Module, seed: int = SEED) -> None:
+    """Give every norm weight and codebook of ``model`` a random value, in place.
+
+    Norm weights become ``1 + 0.1 * randn`` (so that a ``(1 + w)`` offset or a
+    dropped q/k norm shows); EnCodec codebooks ``embed`` / ``embed_avg`` become
+    ``randn`` with ``inited`` = 1 and ``cluster_size`` = 1 (transformers
+    initialises codebooks to zero, which would make every code decode to the
+    same vector). Linear/embedding weights keep their seeded init.
 
     Uses its own forked RNG: the global torch RNG state is left as it was.
     """
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed + 1)
-        for name, module in model.named_modules():
+        for module in model.modules():
             kind = type(module).__name__
-            if kind.endswith("RMSNorm") or isinstance(module, torch.nn.LayerNorm):
+            if kind.endswith("RMSNorm") or isinstance(module, nn.LayerNorm):
                 module.weight.copy_(1.0 + 0.1 * torch.randn_like(module.weight))
             elif kind == "EncodecEuclideanCodebook":
                 module.embed.copy_(torch.randn_like(module.embed))
@@ -172,13 +203,16 @@ def build_reference(lm_cfg=None, codec_cfg=None, seed: int = SEED):
         In eval mode, float32, on CPU.
     """
     from transformers import EncodecModel, Qwen3ForCausalLM
+    from transformers.initialization import no_init_weights
 
     lm_cfg = lm_cfg if lm_cfg is not None else lm_config()
     codec_cfg = codec_cfg if codec_cfg is not None else codec_config()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        lm = Qwen3ForCausalLM(lm_cfg)
-        codec = EncodecModel(codec_cfg)
+        lm = Qwen3ForCausalLM(lm_cfg)  # transformers' init: normal(0, 0.02) weights
+        with no_init_weights():
+            codec = EncodecModel(codec_cfg)
+        randomize_codec_(codec)
     model = TinyTTSReference(lm, codec)
     randomize_(model, seed)
     return model.eval()

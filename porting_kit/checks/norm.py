@@ -1,0 +1,257 @@
+"""Normalization diagnosis: name the norm fault behind a divergence.
+
+Codes: ``norm.eps_mismatch``, ``norm.kind_mismatch``, ``norm.weight_offset``,
+``norm.no_fp32_upcast``, ``norm.placement``, ``norm.missing_qk_norm``,
+``norm.unexplained``; ``norm.ok``; ``norm.skipped``.
+
+How it decides (:mod:`porting_kit.normprobe` does the measuring)
+----------------------------------------------------------------
+1. Both models run once with their norm calls recorded. Norm modules are
+   paired by width and call order (hidden-size norms with hidden-size norms,
+   head-size q/k norms with q/k norms).
+2. *Structure.* The reference calls head-size norms inside its blocks and
+   the candidate none: ``norm.missing_qk_norm``. The reference's blocks feed
+   their first norm the block input (pre-norm) and the candidate's feed it
+   ``x + sublayer(x)`` (or the reverse): ``norm.placement``.
+3. *Function.* Each paired module is fingerprinted on synthetic rows (kind,
+   effective weight, eps, bfloat16 error) and the fingerprints are compared
+   in this order: kind (``norm.kind_mismatch``: RMS vs Layer); effective
+   weight equal to ``1 + w_ref`` (or ``w_ref - 1``): ``norm.weight_offset``;
+   fitted eps (``norm.eps_mismatch``, both values); bfloat16 error several
+   times the reference's (``norm.no_fp32_upcast``; invisible in float32).
+   Modules whose outputs differ while no hypothesis fits:
+   ``norm.unexplained`` with the numbers.
+
+One finding per code (the first pair where it shows, and how many pairs
+share it). The rope / parity findings locate *where* outputs diverge; this
+family says *why* for norms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from porting_kit.context import CheckContext
+from porting_kit.findings import Finding, Where, ok, skip
+from porting_kit.normprobe import NormCall, NormSite, capture_norm_calls, find_norms, fingerprint
+from porting_kit.sides import run_side
+
+P = "norm"
+
+#: A row-common bfloat16 error this many times the reference module's means no fp32 upcast
+#: (measured on the embedded example: 0.0004 with the upcast, 0.002 without).
+UPCAST_RATIO = 2.5
+#: Fitted eps values further apart than this factor are a mismatch.
+EPS_FACTOR = 1.05
+
+_HINTS = {
+    "norm.eps_mismatch": ("Take eps from the reference config (rms_norm_eps / layer_norm_eps / "
+                          "norm_eps) and pass it to every norm of the port."),
+    "norm.kind_mismatch": ("Use the reference's norm kind: RMSNorm does not subtract the mean "
+                           "(x / sqrt(mean(x^2) + eps)); LayerNorm does."),
+    "norm.weight_offset": ("The weight is applied as (1 + w) on one side and w on the other "
+                           "(Gemma-style offset): apply it as the reference does, or shift the "
+                           "weight by 1 in the conversion."),
+    "norm.no_fp32_upcast": ("Compute the variance in float32 (x.float().pow(2).mean(...)), "
+                            "normalise, then cast back to the activation dtype."),
+    "norm.placement": ("Apply the norms where the reference does: pre-norm is "
+                       "h = x + attn(norm1(x)); y = h + mlp(norm2(h))."),
+    "norm.missing_qk_norm": ("The reference normalises q and k per head (q_norm / k_norm) before "
+                             "RoPE; add them to the port's attention and load their weights."),
+    "norm.unexplained": ("The norm modules compute different functions that no known fault "
+                         "explains; compare their code (numbers in evidence)."),
+}
+
+
+@dataclass
+class _Pair:
+    ref: NormSite
+    cand: NormSite
+
+
+def _fail(code: str, message: str, evidence: dict, where: Where) -> Finding:
+    return Finding(P, code, "fail", message, evidence, where, _HINTS[code])
+
+
+def _g(x: float) -> float:
+    """3 significant digits (eps values: 1e-05, 1e-06)."""
+    return float(f"{x:.3g}") if math.isfinite(x) else x
+
+
+def run(ctx: CheckContext) -> list[Finding]:
+    """The norm family: see the module docstring. Returns the findings (one per code)."""
+    if not ctx.spec.has_parity:
+        return [skip(P, "the spec has no reference()/candidate()/inputs(): nothing to probe")]
+    from porting_kit.checks.parity import load_pair
+
+    pair = load_pair(ctx)
+    ref_sites, cand_sites = find_norms(pair.reference), find_norms(pair.candidate)
+    if not ref_sites and not cand_sites:
+        return [skip(P, "no RMSNorm/LayerNorm module found on either side")]
+    with capture_norm_calls(pair.reference, ref_sites) as rcalls:
+        run_side(ctx.spec, "reference", pair.reference, pair.inputs)
+    with capture_norm_calls(pair.candidate, cand_sites) as ccalls:
+        run_side(ctx.spec, "candidate", pair.candidate, pair.inputs)
+    ref_used = _used(ref_sites, rcalls)
+    cand_used = _used(cand_sites, ccalls)
+    if not ref_used:
+        return [skip(P, "no norm module of the reference ran during its forward")]
+
+    findings: list[Finding] = []
+    findings += _structure(ref_used, cand_used, rcalls, ccalls)
+    pairs = _pair(ref_used, cand_used)
+    findings += _functions(pairs)
+    ctx.extras["norm_pairs"] = [(p.ref.name, p.cand.name) for p in pairs]
+    return findings or [ok(P, f"{len(pairs)} norm module pairs compute the same function "
+                              "(kind, weight, eps, bfloat16 error).", {"pairs": len(pairs)})]
+
+
+def _used(sites: list[NormSite], calls: list[NormCall]) -> list[NormSite]:
+    """Sites in first-call order (only those that ran)."""
+    by = {s.name: s for s in sites}
+    seen: list[NormSite] = []
+    names: set[str] = set()
+    for c in calls:
+        if c.name not in names:
+            names.add(c.name)
+            seen.append(by[c.name])
+    return seen
+
+
+def _hidden_dim(calls: list[NormCall]) -> int | None:
+    dims = [c.dim for c in calls if c.fed_block_input is not None]
+    return dims[0] if dims else None
+
+
+def _structure(ref_used, cand_used, rcalls, ccalls) -> list[Finding]:
+    out: list[Finding] = []
+    hr, hc = _hidden_dim(rcalls), _hidden_dim(ccalls)
+    # q/k norms: norms narrower than the block width, called inside blocks
+    rq = [s for s in ref_used if hr and s.dim < hr and _in_block(s, rcalls)]
+    cq = [s for s in cand_used if hc and s.dim < hc and _in_block(s, ccalls)]
+    if rq and not cq:
+        out.append(_fail("norm.missing_qk_norm",
+                         f"The reference normalises q/k per head ({len(rq)} norms of width {rq[0].dim}, "
+                         f"e.g. {rq[0].name}); the candidate calls none.",
+                         {"reference_qk_norms": len(rq), "candidate_qk_norms": 0,
+                          "head_dim": rq[0].dim, "reference_example": rq[0].name},
+                         Where(rq[0].name, None)))
+    rp = [c for c in rcalls if c.fed_block_input is not None]
+    cp = [c for c in ccalls if c.fed_block_input is not None]
+    if rp and cp:
+        rpre, cpre = rp[0].fed_block_input, cp[0].fed_block_input
+        if rpre != cpre:
+            name = lambda pre: "pre-norm" if pre else "post-norm"  # noqa: E731
+            out.append(_fail("norm.placement",
+                             f"The reference is {name(rpre)} (block {rp[0].block}: first norm "
+                             f"{'is fed the block input' if rpre else 'sees x + sublayer(x)'}), the "
+                             f"candidate {name(cpre)} (block {cp[0].block}).",
+                             {"reference_placement": "pre" if rpre else "post",
+                              "candidate_placement": "pre" if cpre else "post",
+                              "reference_first_norm": rp[0].name, "candidate_first_norm": cp[0].name,
+                              "blocks_reference": sum(1 for c in rp if c.fed_block_input == rpre),
+                              "blocks_candidate": sum(1 for c in cp if c.fed_block_input == cpre)},
+                             Where(rp[0].block, cp[0].block)))
+    return out
+
+
+def _in_block(site: NormSite, calls: list[NormCall]) -> bool:
+    return any(c.name == site.name and c.block is not None for c in calls)
+
+
+def _pair(ref_used: list[NormSite], cand_used: list[NormSite]) -> list[_Pair]:
+    """Pair by width, then by first-call order within each width."""
+    pairs = []
+    for dim in dict.fromkeys(s.dim for s in ref_used):
+        r = [s for s in ref_used if s.dim == dim]
+        c = [s for s in cand_used if s.dim == dim]
+        pairs += [_Pair(a, b) for a, b in zip(r, c)]
+    return pairs
+
+
+def _functions(pairs: list[_Pair]) -> list[Finding]:
+    import torch
+
+    hits: dict[str, list[tuple[_Pair, dict[str, Any], str]]] = {}
+    cache: dict[int, Any] = {}
+
+    def fp(site: NormSite):
+        if id(site.module) not in cache:
+            cache[id(site.module)] = fingerprint(site.module, site.dim)
+        return cache[id(site.module)]
+
+    for p in pairs:
+        fr, fc = fp(p.ref), fp(p.cand)
+        ev: dict[str, Any] = {}
+        code, msg = None, ""
+        if fr.kind != fc.kind:
+            code = "norm.kind_mismatch" if "unknown" not in (fr.kind, fc.kind) else "norm.unexplained"
+            ev = {"reference_kind": fr.kind, "candidate_kind": fc.kind,
+                  "candidate_rms_fit_residual": fc.rel_diff_kinds["rms"],
+                  "candidate_layer_fit_residual": fc.rel_diff_kinds["layer"]}
+            msg = (f"{p.ref.name} is {_kname(fr.kind)}, {p.cand.name} is {_kname(fc.kind)} "
+                   f"(fit residuals: rms {fc.rel_diff_kinds['rms']:.2g}, layer "
+                   f"{fc.rel_diff_kinds['layer']:.2g}).")
+        else:
+            wdiff = _rel(fc.weight, fr.weight)
+            if wdiff > 1e-4:
+                plus = _rel(fc.weight, fr.weight + 1)
+                minus = _rel(fc.weight, fr.weight - 1)
+                if min(plus, minus) <= 1e-4:
+                    code = "norm.weight_offset"
+                    form = "(1 + w)" if plus <= minus else "(w - 1)"
+                    ev = {"reference_weight_form": "w", "candidate_weight_form": form,
+                          "weight_rel_diff": wdiff, "offset_fit_rel_diff": min(plus, minus)}
+                    msg = (f"{p.cand.name} scales by {form} where {p.ref.name} scales by w "
+                           f"(weights differ by {wdiff:.2g} relative; by {min(plus, minus):.1g} after "
+                           "the offset).")
+                else:
+                    code = "norm.unexplained"
+                    ev = {"weight_rel_diff": wdiff, "offset_fit_rel_diff": min(plus, minus),
+                          "reference_eps": _g(fr.eps), "candidate_eps": _g(fc.eps)}
+                    msg = (f"{p.ref.name} and {p.cand.name} apply different weights "
+                           f"(relative difference {wdiff:.3g}), not explained by a (1 + w) offset.")
+            elif _eps_differ(fr.eps, fc.eps):
+                code = "norm.eps_mismatch"
+                ev = {"reference_eps": _g(fr.eps), "candidate_eps": _g(fc.eps),
+                      "reference_eps_attr": p.ref.eps if p.ref.eps is not None else "",
+                      "candidate_eps_attr": p.cand.eps if p.cand.eps is not None else ""}
+                msg = (f"{p.cand.name} uses eps={_g(fc.eps):g}, {p.ref.name} eps={_g(fr.eps):g} "
+                       "(fitted on rows whose mean square is of the order of eps).")
+            elif (fr.bf16_error is not None and fc.bf16_error is not None
+                  and fc.bf16_error > UPCAST_RATIO * fr.bf16_error):
+                code = "norm.no_fp32_upcast"
+                ev = {"reference_bf16_rel_error": fr.bf16_error, "candidate_bf16_rel_error": fc.bf16_error,
+                      "ratio": fc.bf16_error / max(fr.bf16_error, 1e-30)}
+                msg = (f"In bfloat16, {p.cand.name} is {fc.bf16_error / max(fr.bf16_error, 1e-30):.2f}x "
+                       f"further from its float64 result per row than {p.ref.name} "
+                       f"({fc.bf16_error:.3g} vs {fr.bf16_error:.3g}): the variance is not computed "
+                       "in float32.")
+        if code:
+            hits.setdefault(code, []).append((p, ev, msg))
+    del torch
+    out = []
+    for code, items in hits.items():
+        p, ev, msg = items[0]
+        ev = {**ev, "pairs_affected": len(items), "pairs_compared": len(pairs)}
+        more = f" ({len(items)} of {len(pairs)} norm pairs)" if len(items) > 1 else ""
+        out.append(_fail(code, msg.rstrip(".") + more + ".", ev, Where(p.ref.name, p.cand.name)))
+    return out
+
+
+def _kname(kind: str) -> str:
+    return {"rms": "an RMSNorm", "layer": "a LayerNorm"}.get(kind, "no known norm")
+
+
+def _rel(a, b) -> float:
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+def _eps_differ(a: float, b: float) -> bool:
+    if a <= 1e-13 and b <= 1e-13:
+        return False
+    if a <= 1e-13 or b <= 1e-13:
+        return True
+    return abs(math.log(a / b)) > math.log(EPS_FACTOR)

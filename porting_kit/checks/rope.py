@@ -1,0 +1,533 @@
+"""RoPE diagnosis: name the rotary fault behind a divergence in attention.
+
+Codes: ``rope.inv_freq_uninitialized``, ``rope.theta_mismatch``,
+``rope.layout_mismatch``, ``rope.partial_rotary_mismatch``,
+``rope.position_offset``, ``rope.scaling_ignored``, ``rope.low_precision``,
+``rope.unexplained``; ``rope.ok``; ``rope.skipped``.
+
+How it decides (differential, :mod:`porting_kit.rotary` does the measuring)
+--------------------------------------------------------------------------
+1. *Stored tables.* The candidate's ``inv_freq`` / ``cos_sin_cache`` /
+   ``freqs_cis`` must be a RoPE table (finite, positive, decreasing, at most
+   1 rad/position); otherwise ``rope.inv_freq_uninitialized``.
+2. *Measured rotation.* Both models run once on the spec's inputs; the first
+   attention call's q/k are captured on each side. The reference's rotation
+   is undone with its own ``cos``/``sin``, giving pre-rotary q/k. If the
+   candidate's post-rotary vectors do not have the same per-token norms
+   (rotation preserves them), q/k already differ *before* RoPE: not a RoPE
+   fault (the norm check and parity locate it) and ``rope.ok`` says so.
+3. The candidate's pairing of dims is found by fitting every structure
+   (rotate-half / interleaved, through the Llama q/k permutation or not,
+   rotary over r dims). Rotate-half, or interleaved through the permutation,
+   is what the weight map makes equivalent to the reference; the other
+   pairings are ``rope.layout_mismatch``; fewer rotated dims than the
+   reference is ``rope.partial_rotary_mismatch``.
+4. The fitted angles ``theta[t, i]`` are compared with the reference's and
+   with each hypothesis in turn: positions shifted by an integer ``k``;
+   the reference's base without its ``rope_scaling`` (recomputed with
+   transformers' own ``ROPE_INIT_FUNCTIONS``); another ``rope_theta`` (fitted,
+   with the reference's scaling kept); low-precision angles (error growing
+   with position). The first that explains the angles within tolerance is
+   named with its numbers; when none does, ``rope.unexplained`` shows them.
+
+Only what the weight map leaves invariant is compared, and never position 0
+alone (the rotation is the identity there): on the clean Meta-vs-HF Llama pair
+(interleaved Meta, rotate-half HF, q/k permutation in the conversion) the
+structure found is "interleaved through the permutation", the reference's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from porting_kit.context import CheckContext
+from porting_kit.findings import Finding, Where, ok, skip
+from porting_kit.rotary import (HALF, INTERLEAVED, RotarySite, Structure, capture_cos_sin, capture_qk,
+                                find_rotary, fit_base, fit_frequencies, garbage_reason,
+                                measure_rotation, reference_inv_freq, rope_parameters, structures,
+                                undo_reference_rotation, wrap)
+from porting_kit.sides import run_side
+
+P = "rope"
+
+#: Tolerances by the dtype of the captured q/k: relative norm spread (is this a rotation
+#: at all), structure residual, angle error (radians).
+_TOL = {
+    "float32": {"gate": 1e-2, "structure": 1e-3, "angle": 2e-3},
+    "float64": {"gate": 1e-2, "structure": 1e-3, "angle": 2e-3},
+    "float16": {"gate": 2e-2, "structure": 5e-3, "angle": 1e-2},
+    "bfloat16": {"gate": 5e-2, "structure": 3e-2, "angle": 5e-2},
+}
+
+_HINTS = {
+    "rope.inv_freq_uninitialized": (
+        "inv_freq is a non-persistent buffer: after meta-device init / to_empty() it holds garbage "
+        "and load_weights never sets it. Recompute it after loading (base ** (-arange(0, dim, 2) / dim)) "
+        "or build the rotary module on the real device."),
+    "rope.theta_mismatch": (
+        "Read rope_theta where the config keeps it (transformers 5.x: config.rope_parameters"
+        "['rope_theta']) instead of a top-level attribute with a default."),
+    "rope.layout_mismatch": (
+        "The candidate pairs dims differently from its weights' row order: either apply rotate-half "
+        "(NeoX) to HF-ordered q/k, or permute the q/k projection rows (interleaved <-> rotate-half, "
+        "as convert_llama_weights_to_hf does) for an interleaved (GPT-J / complex) kernel."),
+    "rope.partial_rotary_mismatch": (
+        "Rotate exactly rotary_dim = head_dim * partial_rotary_factor dims, pass the rest through, and "
+        "compute inv_freq over rotary_dim."),
+    "rope.position_offset": (
+        "Positions must start where the reference's do (0 for a prompt, the cache length in decode); "
+        "check how the port builds positions / slices the cos-sin cache."),
+    "rope.scaling_ignored": (
+        "Apply the config's rope scaling (rope_parameters['rope_type'] and factor: linear, dynamic, "
+        "yarn, llama3) when computing inv_freq, e.g. with transformers' ROPE_INIT_FUNCTIONS."),
+    "rope.low_precision": (
+        "Compute inv_freq, position * inv_freq and cos/sin in float32 (autocast off), then cast the "
+        "result to the activation dtype."),
+    "rope.unexplained": (
+        "Compare the candidate's rotary code line by line with the reference's: none of the known "
+        "faults explains the measured rotation (numbers in evidence)."),
+}
+
+
+@dataclass
+class Probe:
+    """What the behavioural probe captured (layer 0 attention)."""
+
+    q_pre: Any = field(repr=False)
+    k_pre: Any = field(repr=False)
+    q_post: Any = field(repr=False)
+    k_post: Any = field(repr=False)
+    theta_ref: Any = field(repr=False)  # (T, n_ref)
+    scale_ref: float
+    positions: Any = field(repr=False)  # (T,)
+    head_dim: int
+    rotary_dim_ref: int
+    dtype: str
+    ref_site: str
+    cand_site: str
+
+
+def _fail(code: str, message: str, evidence: dict, where: Where) -> Finding:
+    return Finding(P, code, "fail", message, evidence, where, _HINTS[code])
+
+
+def _nice(x: float) -> str:
+    """3 significant digits, integers without exponent: 10000, 1000000, 500000, 0.5."""
+    if not math.isfinite(x):
+        return str(x)
+    v = float(f"{x:.3g}")
+    return f"{v:.0f}" if v >= 1 and v == int(v) else f"{v:g}"
+
+
+def run(ctx: CheckContext) -> list[Finding]:
+    """The rope family: see the module docstring. Returns one finding."""
+    if not ctx.spec.has_parity:
+        return [skip(P, "the spec has no reference()/candidate()/inputs(): nothing to probe")]
+    from porting_kit.checks.parity import load_pair
+
+    pair = load_pair(ctx)
+    ref_sites, cand_sites = find_rotary(pair.reference), find_rotary(pair.candidate)
+    ctx.extras["rope_sites"] = {"reference": [s.name for s in ref_sites],
+                                "candidate": [s.name for s in cand_sites]}
+    if not ref_sites and not cand_sites:
+        return [skip(P, "no rotary module (inv_freq / cos_sin_cache / freqs_cis) found on either side")]
+    where = Where(ref_sites[0].module_name if ref_sites else None,
+                  cand_sites[0].module_name if cand_sites else None)
+
+    ref_ok = not ref_sites or garbage_reason(ref_sites[0].inv_freq) is None
+    for s in cand_sites:
+        reason = garbage_reason(s.inv_freq)
+        if reason and ref_ok:
+            ev = {"candidate_table": s.name, "reason": reason,
+                  "candidate_inv_freq_head": [float(v) for v in s.inv_freq[:5]]}
+            if ref_sites:
+                ev["reference_inv_freq_head"] = [float(v) for v in ref_sites[0].inv_freq[:5]]
+            return [_fail("rope.inv_freq_uninitialized",
+                          f"The candidate's {s.name} is not a RoPE table ({reason}): the buffer was "
+                          "left uninitialised.", ev, Where(where.reference, s.module_name))]
+
+    probe, why = _probe(ctx, pair, ref_sites)
+    if probe is None:
+        return [_static_diagnosis(ref_sites, cand_sites, where, why)]
+    ctx.extras["rope_probe"] = probe
+    where = Where(where.reference or probe.ref_site, where.candidate or probe.cand_site)
+    return [_diagnose(probe, ref_sites[0], cand_sites, where, ctx)]
+
+
+# ------------------------------------------------------------------- probe
+
+def _probe(ctx: CheckContext, pair, ref_sites: list[RotarySite]) -> tuple[Probe | None, str]:
+    """Capture layer-0 q/k on both sides and the reference's cos/sin."""
+    import torch
+
+    if not ref_sites:
+        return None, "the reference has no rotary module to take cos/sin from"
+    spec = ctx.spec
+    with capture_cos_sin(ref_sites[0].module) as cs, capture_qk(pair.reference) as rq:
+        run_side(spec, "reference", pair.reference, pair.inputs)
+    with capture_qk(pair.candidate) as cq:
+        run_side(spec, "candidate", pair.candidate, pair.inputs)
+    if not cs:
+        return None, f"the reference's {ref_sites[0].module_name} did not return (cos, sin)"
+    if not rq or not cq:
+        side = "reference" if not rq else "candidate"
+        return None, f"no attention call (scaled_dot_product_attention / q @ k^T) seen in the {side}"
+    cos, sin, pos = cs[0]
+    r, c = rq[0], cq[0]
+    q_post, k_post = _match_shape(c.q, r.q), _match_shape(c.k, r.k)
+    if q_post is None or k_post is None:
+        return None, (f"attention q/k shapes differ: reference {tuple(r.q.shape)}/{tuple(r.k.shape)}, "
+                      f"candidate {tuple(c.q.shape)}/{tuple(c.k.shape)}")
+    k_ref, k_post = _same_heads(r.k, k_post)
+    if cos.shape[-1] > r.q.shape[-1] or cos.shape[-2] != r.q.shape[-2]:
+        return None, f"reference cos/sin shape {tuple(cos.shape)} does not fit q {tuple(r.q.shape)}"
+    q_pre, theta_ref, scale = undo_reference_rotation(r.q, cos, sin)
+    k_pre, _, _ = undo_reference_rotation(k_ref, cos, sin)
+    t = r.q.shape[-2]
+    positions = (pos[0].to(torch.float64) if pos is not None and pos.numel() >= t
+                 else torch.arange(t, dtype=torch.float64))
+    dtype = str(c.q.dtype).replace("torch.", "")
+    return Probe(q_pre, k_pre, q_post.to(torch.float64), k_post.to(torch.float64), theta_ref, scale,
+                 positions.reshape(-1)[-t:], r.q.shape[-1], cos.shape[-1], dtype, r.site, c.site), ""
+
+
+def _match_shape(x, like):
+    if x.shape == like.shape:
+        return x
+    if x.ndim == 4 and x.transpose(1, 2).shape == like.shape:
+        return x.transpose(1, 2)
+    if x.ndim == 4 and x.shape[0] == like.shape[0] and x.shape[2] == like.shape[2] \
+            and x.shape[-1] == like.shape[-1]:
+        return x  # head counts differ (GQA repeat): settled by _same_heads
+    return None
+
+
+def _same_heads(ref_k, cand_k):
+    """Bring k of both sides to the same number of heads (undo a repeat_kv on one side)."""
+    hr, hc = ref_k.shape[1], cand_k.shape[1]
+    if hr == hc:
+        return ref_k, cand_k
+    if hr > hc and hr % hc == 0:
+        return ref_k[:, :: hr // hc], cand_k
+    if hc > hr and hc % hr == 0:
+        return ref_k, cand_k[:, :: hc // hr]
+    return ref_k, cand_k
+
+
+# --------------------------------------------------------------- diagnosis
+
+def _diagnose(pr: Probe, ref_site: RotarySite, cand_sites, where: Where, ctx: CheckContext) -> Finding:
+    import torch
+
+    tol = _TOL.get(pr.dtype, _TOL["float32"])
+    if not (torch.isfinite(pr.q_post).all() and torch.isfinite(pr.k_post).all()):
+        return _fail("rope.unexplained", "The candidate's post-rotary q/k hold NaN/Inf while its "
+                     "frequency table looks valid.", {"candidate_nonfinite_q": int((~torch.isfinite(
+                         pr.q_post)).sum())}, where)
+
+    # Gate: a rotation keeps every head vector's norm (up to a constant attention scaling).
+    spread = max(_norm_spread(pr.q_pre, pr.q_post), _norm_spread(pr.k_pre, pr.k_post))
+    if spread > tol["gate"]:
+        return ok(P, "q/k already differ before the rotary embedding (per-token norms differ by "
+                  f"{spread:.3g}): not a RoPE fault; see the norm and parity findings.",
+                  {"qk_norm_spread": spread, "probe_site_candidate": pr.cand_site})
+
+    fits = []
+    for st in structures(pr.head_dim, pr.rotary_dim_ref):
+        fq, fk = measure_rotation(pr.q_pre, pr.q_post, st), measure_rotation(pr.k_pre, pr.k_post, st)
+        fits.append((max(fq.residual, fk.residual), st, fq, fk))
+    ref_equiv = _reference_equivalent(pr)
+    fits.sort(key=lambda f: (f[0] > tol["structure"], f[0] if f[0] > tol["structure"] else 0,
+                             not _equiv(f[1], ref_equiv), -f[1].rotary_dim))
+    best_res, st, fq, fk = fits[0]
+    ref_fit = next(f for f in fits if f[1] == ref_equiv[0])
+    evidence: dict[str, Any] = {"probe_site_reference": where.reference or "",
+                                "probe_site_candidate": pr.cand_site,
+                                "reference_structure": ref_equiv[0].describe(),
+                                "candidate_structure": st.describe(),
+                                "structure_residual": best_res,
+                                "reference_structure_residual": ref_fit[0]}
+    if best_res > tol["structure"]:
+        evidence["qk_norm_spread"] = spread
+        return _fail("rope.unexplained", "The candidate rotates q/k in a way no RoPE dim pairing "
+                     f"explains (best residual {best_res:.3g} for {st.describe()}).", evidence, where)
+
+    n_ref = pr.theta_ref.shape[-1]
+    rot_dim = 2 * _rotating_pairs(fq.theta, pr.theta_ref)
+    layout_ok = _equiv(st, ref_equiv)
+    evidence.update({"reference_rotary_dim": pr.rotary_dim_ref, "candidate_rotary_dim": rot_dim})
+
+    if not layout_ok:
+        evidence["reference_layout"] = HALF
+        evidence["candidate_layout"] = st.layout + (" (q/k rows permuted)" if st.permuted else "")
+        ang = _angle_error(fq.theta[:, :n_ref], pr.theta_ref) if fq.theta.shape[-1] >= n_ref else None
+        if ang is not None:
+            evidence["angle_error_rad"] = ang
+        return _fail("rope.layout_mismatch",
+                     f"The candidate pairs q/k dims as {st.describe()}, the reference (through the weight "
+                     f"map) as {ref_equiv[0].describe()}: the rotary layouts differ (residual "
+                     f"{ref_fit[0]:.3g} under the reference's pairing, {best_res:.2g} under the "
+                     "candidate's).", evidence, where)
+    if rot_dim != pr.rotary_dim_ref:
+        return _fail("rope.partial_rotary_mismatch",
+                     f"The candidate rotates {rot_dim} of {pr.head_dim} head dims, the reference "
+                     f"{pr.rotary_dim_ref}.", evidence, where)
+
+    # Angles: reference, then the hypotheses in order.
+    th_q, th_k = fq.theta[:, :n_ref], fk.theta[:, :n_ref]
+    e_ref = max(_angle_error(th_q, pr.theta_ref), _angle_error(th_k, pr.theta_ref))
+    scale_c = float(torch.cat([fq.scale.flatten(), fk.scale.flatten()]).mean())
+    evidence.update({"angle_error_rad": e_ref, "reference_attention_scaling": pr.scale_ref,
+                     "candidate_attention_scaling": scale_c})
+    series = _error_series(th_q, pr.theta_ref, pr.positions)
+    ctx.extras["rope_error_vs_position"] = series
+    if e_ref <= tol["angle"] and abs(scale_c - pr.scale_ref) <= 10 * tol["angle"]:
+        return ok(P, f"The candidate's RoPE matches the reference ({st.describe()}; max angle error "
+                  f"{e_ref:.2g} rad).", {"angle_error_rad": e_ref, "candidate_structure": st.describe()})
+    return _explain(pr, ref_site, th_q, th_k, e_ref, tol, evidence, series, where)
+
+
+def _explain(pr: Probe, ref_site: RotarySite, th_q, th_k, e_ref, tol, evidence, series,
+             where: Where) -> Finding:
+    import torch
+
+    pos = pr.positions
+    w_ref, _ = fit_frequencies(pr.theta_ref, pos)
+    params = rope_parameters(ref_site)
+    base_ref = params.get("rope_theta") or fit_base(w_ref)[0]
+    rope_type = params.get("rope_type", "default")
+
+    # 1. position offset (q and k separately)
+    kq, eq = _best_offset(th_q, w_ref, pos)
+    kk, ek = _best_offset(th_k, w_ref, pos)
+    if (kq or kk) and max(eq, ek) <= tol["angle"]:
+        evidence.update({"offset": kq if kq else kk, "offset_q": kq, "offset_k": kk})
+        return _fail("rope.position_offset",
+                     f"The candidate's rotation matches the reference's at positions shifted by "
+                     f"k={kq if kq else kk} (q shifted {kq}, k shifted {kk}; angle error {max(eq, ek):.2g} "
+                     "rad).", evidence, where)
+
+    # 2. scaling ignored: the reference's base without its rope scaling
+    if rope_type not in (None, "default"):
+        w_plain = reference_inv_freq(ref_site, scaled=False)
+        if w_plain is not None and w_plain.numel() == th_q.shape[-1]:
+            e = _angle_error_hyp(th_q, th_k, pos, w_plain)
+            if e <= tol["angle"]:
+                evidence.update({"reference_rope_type": rope_type, "candidate_rope_type": "default",
+                                 "reference_rope_theta": base_ref,
+                                 "scaling_factor": params.get("factor", ""), "hypothesis_error_rad": e})
+                return _fail("rope.scaling_ignored",
+                             f"The candidate matches the reference's base {_nice(base_ref)} without its "
+                             f"'{rope_type}' rope scaling (angle error {e:.2g} rad).", evidence, where)
+
+    # 3. another rope_theta (the reference's scaling kept)
+    w_c, _ = fit_frequencies(th_q, pos)
+    b_fit, e_theta, w_fit = _fit_theta(w_c, ref_site, rope_type, th_q, th_k, pos)
+    evidence["candidate_rope_theta_fit"] = b_fit
+    if math.isfinite(b_fit) and abs(b_fit / base_ref - 1) > 1e-2 and e_theta <= tol["angle"]:
+        evidence.update({"reference_rope_theta": base_ref, "candidate_rope_theta": float(_nice(b_fit)),
+                         "hypothesis_error_rad": e_theta})
+        return _fail("rope.theta_mismatch",
+                     f"The candidate matches the reference with rope_theta={_nice(b_fit)}; the reference "
+                     f"uses {_nice(base_ref)} (angle error {e_theta:.2g} rad under that base).",
+                     evidence, where)
+
+    # 4. low precision: small error that grows with position
+    errs = torch.tensor([e for _, e in series], dtype=torch.float64)
+    grows = _grows(errs)
+    rel_w = float(((w_c - w_ref).abs() / w_ref.abs().clamp_min(1e-30)).max()) if w_c.numel() else 1.0
+    evidence["error_vs_position"] = [[int(p), float(f"{e:.3g}")] for p, e in _short(series)]
+    if grows and e_ref < 0.5 and rel_w < 2e-2:
+        evidence["inv_freq_max_rel_error"] = rel_w
+        return _fail("rope.low_precision",
+                     f"The candidate's rotation angles drift from the reference's as position grows (max "
+                     f"{e_ref:.2g} rad at the last positions, {float(errs[: max(1, len(errs) // 4)].mean()):.2g} "
+                     "at the first): cos/sin or inv_freq computed in low precision.", evidence, where)
+
+    evidence.update({"best_offset_q": kq, "best_offset_error_rad": eq, "theta_fit_error_rad": e_theta,
+                     "reference_rope_theta": base_ref, "inv_freq_max_rel_error": rel_w})
+    return _fail("rope.unexplained",
+                 f"The candidate's RoPE angles differ from the reference's by up to {e_ref:.3g} rad, "
+                 f"and no known fault explains it (fitted base {_nice(b_fit)}, best offset {kq}).",
+                 evidence, where)
+
+
+# ----------------------------------------------------------------- helpers
+
+def _reference_equivalent(pr: Probe) -> list[Structure]:
+    eq = [Structure(HALF, False, pr.rotary_dim_ref)]
+    if pr.rotary_dim_ref == pr.head_dim:
+        eq.append(Structure(INTERLEAVED, True, pr.head_dim))
+    return eq
+
+
+def _equiv(st: Structure, ref_equiv: list[Structure]) -> bool:
+    """Same pairing as the reference (rotate-half on reference order) under the weight map."""
+    return _effective_layout(st) == HALF
+
+
+def _effective_layout(st: Structure) -> str:
+    """The layout in the reference's dim order: interleaved through the q/k permutation is
+    rotate-half; rotate-half through it is neither (reported as interleaved)."""
+    return INTERLEAVED if (st.layout == INTERLEAVED) != st.permuted else HALF
+
+
+def _norm_spread(pre, post) -> float:
+    import torch
+
+    a = pre.to(torch.float64).norm(dim=-1).flatten()
+    b = post.to(torch.float64).norm(dim=-1).flatten()
+    keep = a > a.max() * 1e-6
+    r = b[keep] / a[keep]
+    med = r.median()
+    return float(((r / med) - 1).abs().max()) if r.numel() else 0.0
+
+
+def _rotating_pairs(theta_c, theta_ref) -> int:
+    """Number of candidate pairs that rotate (a contiguous prefix; the tail passes through)."""
+    import torch
+
+    n = theta_c.shape[-1]
+    amp_c = wrap(theta_c).abs().amax(0)
+    amp_r = torch.zeros(n, dtype=torch.float64)
+    m = min(n, theta_ref.shape[-1])
+    amp_r[:m] = wrap(theta_ref[:, :m]).abs().amax(0)
+    count = n
+    while count > 0:
+        i = count - 1
+        ref_amp = amp_r[i] if i < m else amp_r[m - 1]
+        if amp_c[i] < max(1e-3 * float(ref_amp), 1e-9):
+            count -= 1
+        else:
+            break
+    return count
+
+
+def _angle_error(theta_c, theta_ref) -> float:
+    return float(wrap(theta_c - theta_ref).abs().max())
+
+
+def _angle_error_hyp(th_q, th_k, pos, inv_freq) -> float:
+    import torch
+
+    th = pos[:, None].to(torch.float64) * inv_freq[None, :]
+    return max(_angle_error(th_q, th), _angle_error(th_k, th))
+
+
+def _best_offset(theta_c, w_ref, pos) -> tuple[int, float]:
+    """Integer k minimising the angle error of ``(pos + k) * inv_freq``; (k, error)."""
+    import torch
+
+    t = pos.numel()
+    ks = torch.arange(-2 * t, 2 * t + 1, dtype=torch.float64)
+    th = (pos[None, :, None] + ks[:, None, None]) * w_ref[None, None, :]
+    err = wrap(theta_c[None] - th).abs().amax(dim=(1, 2))
+    i = int(torch.argmin(err))
+    return int(ks[i]), float(err[i])
+
+
+def _fit_theta(w_c, ref_site, rope_type, th_q, th_k, pos) -> tuple[float, float, Any]:
+    """The base that, with the reference's scaling kept, best explains the candidate's angles."""
+    import torch
+
+    b0, _ = fit_base(w_c)
+    if not math.isfinite(b0):
+        return float("nan"), float("inf"), None
+    cands = [b0, float(_nice(b0))]
+    if rope_type not in (None, "default"):
+        grid = torch.logspace(2, 8, 121, dtype=torch.float64).tolist()
+        best = min(grid, key=lambda b: _table_err(reference_inv_freq(ref_site, base=b), w_c))
+        cands += [best, float(_nice(best))]
+    best_b, best_e, best_w = float("nan"), float("inf"), None
+    for b in cands:
+        w = (reference_inv_freq(ref_site, base=b) if rope_type not in (None, "default") else None)
+        if w is None or w.numel() != w_c.numel():
+            from porting_kit.rotary import default_inv_freq
+
+            w = default_inv_freq(b, 2 * w_c.numel())
+        e = _angle_error_hyp(th_q, th_k, pos, w)
+        if e < best_e - 1e-12:
+            best_b, best_e, best_w = b, e, w
+    return best_b, best_e, best_w
+
+
+def _table_err(w, w_c) -> float:
+    if w is None or w.numel() != w_c.numel():
+        return float("inf")
+    return float(((w - w_c).abs() / w_c.abs().clamp_min(1e-30)).max())
+
+
+def _error_series(theta_c, theta_ref, positions) -> list[tuple[int, float]]:
+    """Max angle error per position (over pairs), in position order."""
+    import torch
+
+    e = wrap(theta_c - theta_ref).abs().amax(-1)
+    order = torch.argsort(positions)
+    return [(int(positions[i]), float(e[i])) for i in order]
+
+
+def _short(series, n: int = 8):
+    if len(series) <= n:
+        return series
+    idx = [round(i * (len(series) - 1) / (n - 1)) for i in range(n)]
+    return [series[i] for i in idx]
+
+
+def _grows(errs) -> bool:
+    """True when errors grow with position: last quarter >= 3x first quarter and correlated."""
+    import torch
+
+    n = errs.numel()
+    if n < 8:
+        return False
+    q = max(1, n // 4)
+    first, last = float(errs[:q].mean()), float(errs[-q:].mean())
+    x = torch.arange(n, dtype=torch.float64)
+    xm, em = x - x.mean(), errs - errs.mean()
+    corr = float((xm * em).sum() / ((xm.norm() * em.norm()).clamp_min(1e-300)))
+    return last > 3 * first + 1e-9 and corr > 0.5
+
+
+# ------------------------------------------------------------ static fallback
+
+def _static_diagnosis(ref_sites, cand_sites, where: Where, why: str) -> Finding:
+    """Compare stored frequency tables only (no forward capture was possible)."""
+    import torch
+
+    if not ref_sites or not cand_sites:
+        return skip(P, f"cannot compare RoPE: {why}; rotary tables found: reference "
+                       f"{len(ref_sites)}, candidate {len(cand_sites)}")
+    r, c = ref_sites[0], cand_sites[0]
+    ev: dict[str, Any] = {"note": f"static comparison only ({why})", "reference_table": r.name,
+                          "candidate_table": c.name}
+    if r.inv_freq.numel() != c.inv_freq.numel():
+        ev.update({"reference_rotary_dim": 2 * r.inv_freq.numel(),
+                   "candidate_rotary_dim": 2 * c.inv_freq.numel()})
+        return _fail("rope.partial_rotary_mismatch", f"The candidate's table covers "
+                     f"{2 * c.inv_freq.numel()} rotary dims, the reference's {2 * r.inv_freq.numel()}.",
+                     ev, where)
+    rel = float(((c.inv_freq - r.inv_freq).abs() / r.inv_freq.abs().clamp_min(1e-30)).max())
+    ev["inv_freq_max_rel_error"] = rel
+    if rel <= 1e-5:
+        return ok(P, "The stored RoPE tables agree (static comparison; no forward capture).", ev)
+    params = rope_parameters(r)
+    rope_type = params.get("rope_type", "default")
+    base_ref = params.get("rope_theta") or fit_base(r.inv_freq)[0]
+    if rope_type not in (None, "default"):
+        plain = reference_inv_freq(r, scaled=False)
+        if plain is not None and _table_err(plain, c.inv_freq) <= 1e-5:
+            ev.update({"reference_rope_type": rope_type, "reference_rope_theta": base_ref})
+            return _fail("rope.scaling_ignored", f"The candidate's table is the reference's base "
+                         f"{_nice(base_ref)} without its '{rope_type}' scaling.", ev, where)
+    b, res = fit_base(c.inv_freq)
+    if res <= 1e-4 and abs(b / base_ref - 1) > 1e-2:
+        ev.update({"reference_rope_theta": base_ref, "candidate_rope_theta": float(_nice(b))})
+        return _fail("rope.theta_mismatch", f"The candidate matches the reference with rope_theta="
+                     f"{_nice(b)}; the reference uses {_nice(base_ref)}.", ev, where)
+    if c.dtype in ("bfloat16", "float16") and rel < 2e-2:
+        ev["candidate_dtype"] = c.dtype
+        return _fail("rope.low_precision", f"The candidate keeps inv_freq in {c.dtype}.", ev, where)
+    return _fail("rope.unexplained", f"The stored RoPE tables differ (max relative error {rel:.3g}) "
+                 "and no known fault explains it.", ev, where)

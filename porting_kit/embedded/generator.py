@@ -1,0 +1,42 @@
+"""Generator-style TTS in one AR worker (MOSS-TTS-Nano shape): RNG isolation and request lifecycle.
+
+A port spec with only ``engine_model()``: the ``rng`` and ``lifecycle`` families
+drive the model through vLLM-Omni 0.30.0's AR-runner contract
+(:mod:`porting_kit.adapters.vllm_omni_engine`); it defines no parity trio, so
+``parity`` reports ``skip``. The model is
+:class:`porting_kit.embedded.generator_model.GeneratorTTS` (tiny, seeded, CPU).
+
+Run: ``porting-kit check --example generator`` (clean) or
+``porting-kit check --example generator:<variant>``; each variant plants one
+fault and names the code it must produce.
+"""
+
+#: variant -> one-line description ending with the code it must produce.
+VARIANTS = {
+    "key_constant": "per-request generator keyed by a constant -> rng.request_key_collapse",
+    "key_legacy_fallback": "keyed by the legacy _omni_req_id the engine never sets, falling back to "
+                           "a shared key -> rng.request_key_collapse",
+    "key_list_repr": "keyed by str() of the list-wrapped global_request_id (as upstream "
+                     "MOSS-TTS-Nano), so aborts never find it -> rng.generator_leak",
+    "global_manual_seed": "torch.manual_seed(seed) inside a request -> rng.global_state_mutated",
+    "sampling_global_rng": "torch.multinomial without generator= -> rng.global_state_mutated, "
+                           "rng.crosstalk",
+    "unseeded_generator": "the request seed is ignored (OS-entropy generator) -> rng.nondeterministic",
+    "no_on_requests_finished": "no on_requests_finished(): aborted generators stay live -> "
+                               "rng.generator_leak",
+    "cumulative_output": "each step returns the whole waveform so far -> lifecycle.cumulative_output",
+    "dummy_leaves_rows_running": "dummy call leaves its rows running -> lifecycle.dummy_not_finished",
+    "dummy_missing_model_outputs": "dummy return path without 'model_outputs' -> "
+                                   "lifecycle.missing_model_outputs",
+    "eos_flags_creation_order": "EOS flags in request-creation order, not row order -> "
+                                "lifecycle.eos_mask_misaligned",
+    "stereo_not_mixed": "stereo codec chunk served without mono mixdown -> channel.shape_contract",
+}
+VARIANT = None
+
+
+def engine_model():
+    """The generator-style model, with the planted fault of :data:`VARIANT` (if any)."""
+    from porting_kit.embedded.generator_model import build_model  # torch only when used
+
+    return build_model(VARIANT)

@@ -1,0 +1,389 @@
+"""The single-pass Python engine: one ``ast.parse`` and one traversal per file.
+
+The traversal keeps a stack of :class:`Frame` objects (module, class,
+function) with the context the rules need (is this ``forward``? how many loops
+deep? under ``torch.autocast``?) and dispatches each node to the rule families
+that care about its type. Calls are dispatched by their final name
+(``.item()`` -> the host-sync family), so a node costs one dict lookup.
+
+Comments are not tokenized: ``# noqa`` is read by a text scan of the few lines
+that have findings (:func:`porting_kit.lint.finding.apply_noqa`).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import PurePath
+
+from porting_kit.lint import (adapter_build, codec_precision, global_rng, host_sync, optional_deps,
+                              request_state, rope_buffers, stereo, test_markers, truthiness)
+from porting_kit.lint.finding import LintFinding, apply_noqa
+
+_NON_MODEL_DIRS = frozenset({"tests", "test", "examples", "example", "benchmarks", "benchmark",
+                             "scripts", "docs", "tools"})
+
+
+class Frame:
+    """Context of one module, class or function body during the traversal.
+
+    ``kind`` is ``"module"``, ``"class"`` or ``"func"``. ``hot`` marks
+    functions whose loops run per step (``forward``, ``*decode*``,
+    ``compute_logits``); ``per_request`` the functions that serve a request
+    (hot ones plus ``sample*``, ``*generate*``, ``*stream*``, ``step``).
+    Family-specific state is created lazily by the family modules.
+    """
+
+    __slots__ = ("kind", "name", "node", "parent", "hot", "per_request", "loops", "autocast",
+                 "is_generator", "tensors", "tensor_dicts", "assigned", "pending_sync",
+                 "pending_seed", "restores_rng", "rope", "build", "training")
+
+    def __init__(self, kind: str, name: str, node: ast.AST | None, parent: "Frame | None"):
+        self.kind = kind
+        self.name = name
+        self.node = node
+        self.parent = parent
+        self.hot = False
+        self.per_request = False
+        self.loops = 0
+        self.autocast = 0
+        self.is_generator = False
+        self.tensors: set[str] = set()
+        self.tensor_dicts: set[str] = set()
+        self.assigned: dict[str, ast.AST] | None = None
+        self.pending_sync: list | None = None
+        self.pending_seed: list | None = None
+        self.restores_rng = False
+        self.rope = None
+        self.build = None
+        self.training = 0
+
+    def enclosing_class(self) -> "Frame | None":
+        f = self
+        while f is not None and f.kind != "class":
+            f = f.parent
+        return f
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    skip = {"ctx", "id", "attr", "arg", "name", "asname", "module", "level", "kind", "conversion",
+            "is_async", "type_comment", "names", "kwd_attrs", "n", "s", "type_ignores"}
+    if cls is ast.Constant:
+        return ()
+    return tuple(f for f in cls._fields if f not in skip)
+
+
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+_LEAVES = frozenset({ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.Pass, ast.Break,
+                     ast.Continue, ast.alias, ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom})
+
+
+def _merge_calls(*tables: dict) -> dict:
+    merged: dict[str, tuple] = {}
+    for table in tables:
+        for name, handler in table.items():
+            merged[name] = merged.get(name, ()) + (handler,)
+    return merged
+
+
+#: Call handlers by the call's final name, for model code and for test files.
+MODEL_CALLS = _merge_calls(request_state.CALLS, host_sync.CALLS, codec_precision.CALLS,
+                           global_rng.CALLS, stereo.CALLS, rope_buffers.CALLS)
+TEST_CALLS = _merge_calls(test_markers.CALLS)
+
+
+def is_model_path(path: str) -> bool:
+    """False for test files and files under tests/, examples/, benchmarks/, scripts/, docs/, tools/."""
+    p = PurePath(path)
+    name = p.name
+    if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
+        return False
+    return not any(part in _NON_MODEL_DIRS for part in p.parts[:-1])
+
+
+class Linter:
+    """Lint one parsed Python file; :meth:`run` returns its findings (before noqa)."""
+
+    def __init__(self, path: str, text: str, tree: ast.Module, enabled: frozenset[str]):
+        self.path = path
+        self.text = text
+        self.tree = tree
+        self.enabled = enabled
+        self.findings: list[LintFinding] = []
+        self._seen: set[tuple] = set()
+        self.model_code = is_model_path(path)
+        self.is_test = test_markers.is_test_path(path)
+        self.imports_torch = "torch" in text
+        self._meta_hint: bool | None = None
+        self.marks = test_markers.MarkState() if self.is_test else None
+        self.build_stack: list = []
+        self.frame = Frame("module", "<module>", tree, None)
+        self.calls = MODEL_CALLS if self.model_code else ({} if not self.is_test else TEST_CALLS)
+        dispatch = {
+            ast.FunctionDef: Linter._function, ast.AsyncFunctionDef: Linter._function,
+            ast.ClassDef: Linter._class, ast.For: Linter._for, ast.AsyncFor: Linter._for,
+            ast.While: Linter._while, ast.With: Linter._with, ast.AsyncWith: Linter._with,
+            ast.ListComp: Linter._comp, ast.SetComp: Linter._comp, ast.DictComp: Linter._comp,
+            ast.GeneratorExp: Linter._comp, ast.Call: Linter._call, ast.BoolOp: Linter._boolop,
+            ast.If: Linter._if, ast.IfExp: Linter._test_stmt, ast.Assert: Linter._test_stmt,
+            ast.UnaryOp: Linter._unary, ast.Assign: Linter._assign, ast.AnnAssign: Linter._assign,
+            ast.Yield: Linter._yield, ast.YieldFrom: Linter._yield,
+        }
+        if self.model_code:
+            dispatch[ast.Subscript] = Linter._subscript
+            dispatch[ast.Try] = Linter._try
+            if hasattr(ast, "TryStar"):
+                dispatch[ast.TryStar] = Linter._try
+        if self.is_test:
+            dispatch[ast.Attribute] = Linter._attribute
+        self.dispatch = self._dispatch_base = dispatch
+        self._dispatch_names = dict(dispatch)
+        self._dispatch_names[ast.Name] = Linter._name
+
+    # ---- reporting -------------------------------------------------------
+    def report(self, code: str, node: ast.AST | None, message: str, *, file_level: bool = False) -> None:
+        """Record a finding at ``node`` (1-based line/col) when ``code`` is enabled; one per line+code."""
+        if code not in self.enabled:
+            return
+        line = getattr(node, "lineno", 1) if node is not None else 1
+        col = getattr(node, "col_offset", 0) + 1 if node is not None else 1
+        key = (line, code)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.findings.append(LintFinding(self.path, line, col, code, message, file_level))
+
+    def meta_hint(self) -> bool:
+        """Whether this file builds models the transformers way (meta device / remote code)."""
+        if self._meta_hint is None:
+            t = self.text
+            self._meta_hint = "PreTrainedModel):" in t or any(
+                s in t for s in ("init_empty_weights", '"meta"', "'meta'"))
+        return self._meta_hint
+
+    # ---- traversal -------------------------------------------------------
+    def run(self) -> list[LintFinding]:
+        self.generic(self.tree)
+        global_rng.on_scope_exit(self, self.frame)
+        if self.marks is not None:
+            test_markers.on_file_end(self)
+        return self.findings
+
+    def visit(self, node: ast.AST) -> None:
+        handler = self.dispatch.get(node.__class__)
+        if handler is not None:
+            handler(self, node)
+        elif node.__class__ not in _LEAVES:
+            self.generic(node)
+
+    def generic(self, node: ast.AST) -> None:
+        cls = node.__class__
+        fields = _CHILD_FIELDS.get(cls)
+        if fields is None:
+            fields = _CHILD_FIELDS[cls] = _child_fields(cls)
+        dispatch = self.dispatch
+        for field in fields:
+            value = getattr(node, field, None)
+            if value is None:
+                continue
+            if value.__class__ is list:
+                for item in value:
+                    if item is None:
+                        continue
+                    handler = dispatch.get(item.__class__)
+                    if handler is not None:
+                        handler(self, item)
+                    elif item.__class__ not in _LEAVES:
+                        self.generic(item)
+            else:
+                handler = dispatch.get(value.__class__)
+                if handler is not None:
+                    handler(self, value)
+                elif value.__class__ not in _LEAVES:
+                    self.generic(value)
+
+    def visit_list(self, nodes: list) -> None:
+        for item in nodes:
+            if item is not None:
+                self.visit(item)
+
+    # ---- scopes ----------------------------------------------------------
+    def _function(self, node: ast.FunctionDef) -> None:
+        parent = self.frame
+        self.visit_list(node.decorator_list)
+        args = node.args
+        self.visit_list(args.defaults)
+        self.visit_list(args.kw_defaults)
+        frame = Frame("func", node.name, node, parent)
+        name = node.name
+        frame.hot = (name == "forward" or name.startswith(("forward_", "_forward")) or "decode" in name
+                     or name == "compute_logits" or (parent.kind == "func" and parent.hot))
+        frame.per_request = frame.hot or (parent.kind != "module" and (
+            name.startswith(("sample", "_sample")) or "generate" in name or "stream" in name or name == "step"))
+        frame.autocast = codec_precision.decorator_autocast(node)
+        truthiness.on_function_enter(self, frame, node)
+        build = adapter_build.on_function_enter(self, frame, node) if self.model_code else None
+        self.frame = frame
+        if build is not None:
+            self.build_stack.append(build)
+            self.dispatch = self._dispatch_names
+        self.visit_list(node.body)
+        self.frame = parent
+        if build is not None:
+            self.build_stack.pop()
+            if not self.build_stack:
+                self.dispatch = self._dispatch_base
+            adapter_build.on_function_exit(self, frame)
+        if self.model_code:
+            host_sync.on_scope_exit(self, frame)
+            global_rng.on_scope_exit(self, frame)
+
+    def _class(self, node: ast.ClassDef) -> None:
+        parent = self.frame
+        self.visit_list(node.decorator_list)
+        self.visit_list(node.bases)
+        self.visit_list(node.keywords)
+        frame = Frame("class", node.name, node, parent)
+        self.frame = frame
+        self.visit_list(node.body)
+        self.frame = parent
+        if self.model_code:
+            rope_buffers.on_class_exit(self, frame)
+
+    def _for(self, node: ast.For) -> None:
+        frame = self.frame
+        self.visit(node.iter)
+        frame.loops += 1
+        self.visit(node.target)
+        self.visit_list(node.body)
+        frame.loops -= 1
+        self.visit_list(node.orelse)
+
+    def _while(self, node: ast.While) -> None:
+        frame = self.frame
+        frame.loops += 1
+        truthiness.on_test(self, node.test)
+        self.visit(node.test)
+        self.visit_list(node.body)
+        frame.loops -= 1
+        self.visit_list(node.orelse)
+
+    def _comp(self, node: ast.AST) -> None:
+        frame = self.frame
+        frame.loops += 1
+        self.generic(node)
+        frame.loops -= 1
+
+    def _with(self, node: ast.With) -> None:
+        frame = self.frame
+        self.visit_list(node.items)
+        n = codec_precision.with_autocast(node) if self.model_code else 0
+        frame.autocast += n
+        self.visit_list(node.body)
+        frame.autocast -= n
+
+    # ---- expressions and statements --------------------------------------
+    def _call(self, node: ast.Call) -> None:
+        func = node.func
+        cls = func.__class__
+        name = func.attr if cls is ast.Attribute else (func.id if cls is ast.Name else None)
+        if name is not None:
+            handlers = self.calls.get(name)
+            if handlers:
+                for handler in handlers:
+                    handler(self, node)
+        if self.frame.autocast and self.model_code:
+            codec_precision.on_call_under_autocast(self, node)
+        self.generic(node)
+
+    def _boolop(self, node: ast.BoolOp) -> None:
+        truthiness.on_boolop(self, node)
+        if self.model_code:
+            request_state.on_boolop(self, node)
+        self.generic(node)
+
+    def _test_stmt(self, node: ast.AST) -> None:
+        truthiness.on_test(self, node.test)
+        self.generic(node)
+
+    def _if(self, node: ast.If) -> None:
+        """``if self.training:`` bodies run only in training: the sampling / sync rules skip them."""
+        truthiness.on_test(self, node.test)
+        self.visit(node.test)
+        test = node.test
+        training = test.__class__ is ast.Attribute and test.attr == "training" or (
+            test.__class__ is ast.BoolOp and isinstance(test.op, ast.And)
+            and any(v.__class__ is ast.Attribute and v.attr == "training" for v in test.values))
+        frame = self.frame
+        frame.training += training
+        self.visit_list(node.body)
+        frame.training -= training
+        self.visit_list(node.orelse)
+
+    def _unary(self, node: ast.UnaryOp) -> None:
+        if node.op.__class__ is ast.Not:
+            truthiness.on_test(self, node.operand)
+        self.generic(node)
+
+    def _assign(self, node: ast.AST) -> None:
+        if node.value is not None:
+            self.visit(node.value)
+        truthiness.on_assign(self, node)
+        if self.model_code:
+            request_state.on_assign(self, node)
+            rope_buffers.on_assign(self, node)
+            if self.build_stack:
+                adapter_build.on_assign(self, node)
+        if node.__class__ is ast.Assign:
+            self.visit_list(node.targets)
+        else:
+            self.visit(node.target)
+            self.visit(node.annotation)
+
+    def _subscript(self, node: ast.Subscript) -> None:
+        request_state.on_subscript(self, node)
+        self.generic(node)
+
+    def _try(self, node: ast.Try) -> None:
+        if self.frame.kind != "func":
+            optional_deps.on_try(self, node)
+        self.generic(node)
+
+    def _yield(self, node: ast.AST) -> None:
+        self.frame.is_generator = True
+        self.generic(node)
+
+    def _attribute(self, node: ast.Attribute) -> None:
+        test_markers.on_attribute(self, node)
+        self.generic(node)
+
+    def _name(self, node: ast.Name) -> None:
+        if node.ctx.__class__ is ast.Load and self.build_stack:
+            self.build_stack[-1].loads.add(node.id)
+
+
+def lint_source(path: str, text: str, enabled: frozenset[str]) -> list[LintFinding]:
+    """Lint Python source ``text`` (reported as ``path``); findings sorted, ``# noqa`` applied.
+
+    A file that does not parse yields one ``PK000`` finding at the error's
+    position; it never raises.
+    """
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        col = exc.offset or 1
+        return [LintFinding(path, line, max(col, 1), "PK000", f"syntax error: {exc.msg}")] \
+            if "PK000" in enabled else []
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return [LintFinding(path, 1, 1, "PK000", f"cannot parse: {type(exc).__name__}: {exc}")] \
+            if "PK000" in enabled else []
+    try:
+        findings = Linter(path, text, tree, enabled).run()
+    except RecursionError:
+        return [LintFinding(path, 1, 1, "PK000", "file is nested too deeply to lint")] \
+            if "PK000" in enabled else []
+    if not findings:
+        return findings
+    findings = apply_noqa(findings, text.splitlines())
+    findings.sort(key=LintFinding.sort_key)
+    return findings

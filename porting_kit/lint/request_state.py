@@ -1,0 +1,103 @@
+"""PK2xx per-request state: state that outlives a step must be keyed by ``global_request_id``.
+
+A generator / cache dict on ``self`` that ``forward`` indexes by a constant
+(PK201) is shared by every request in the batch. ``_omni_req_id`` (PK202) is a
+legacy key the vLLM-Omni engine never sets, so code that reads it silently
+falls back; a fallback chain that ends in ``id(info)`` (PK203) keys state by a
+recycled object id, which collapses requests or replays a finished request's
+generator for the next one. PK204: a per-request generator/stream dict stored
+in ``forward`` under a key that is not derived from a request id.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from porting_kit.lint.astutil import const_str, is_self_attr, names_in
+
+LEGACY_KEY = "_omni_req_id"
+_STATE_ATTR = re.compile(r"(gen|stream|state|session|cache|buffer|pending|queue|request|req_|ctx|context)",
+                         re.IGNORECASE)
+_PER_REQUEST_ATTR = re.compile(r"(gens?$|gens_|generator|stream|session|request|req_|_reqs?$)", re.IGNORECASE)
+_REQUEST_WORD = re.compile(r"(req|rid|request)", re.IGNORECASE)
+
+
+def _in_forward(lin) -> bool:
+    f = lin.frame
+    return f.kind == "func" and (f.name == "forward" or f.name.startswith(("forward_", "_forward")))
+
+
+def _constant_key(lin, node: ast.AST, attr: str, key: ast.AST) -> None:
+    if key.__class__ is not ast.Constant:
+        return
+    if isinstance(key.value, str) or (key.value is None) or \
+            (isinstance(key.value, int) and _PER_REQUEST_ATTR.search(attr)):
+        lin.report("PK201", node, f"`self.{attr}[{key.value!r}]` in forward(): one entry shared by every "
+                                  "request in the batch")
+
+
+def _keyed_by_request(lin, key: ast.AST) -> bool:
+    words = names_in(key)
+    assigned = lin.frame.assigned or {}
+    for word in list(words):
+        value = assigned.get(word)
+        if value is not None:
+            words |= names_in(value)
+    return any(_REQUEST_WORD.search(w) for w in words)
+
+
+def on_subscript(lin, node: ast.Subscript) -> None:
+    key = node.slice
+    if const_str(key) == LEGACY_KEY:
+        lin.report("PK202", node, f"`{LEGACY_KEY}` is never set by the engine; the lookup always misses")
+        return
+    if not _in_forward(lin):
+        return
+    attr = is_self_attr(node.value)
+    if attr is None or not _STATE_ATTR.search(attr):
+        return
+    if key.__class__ is ast.Constant:
+        _constant_key(lin, node, attr, key)
+    elif node.ctx.__class__ is ast.Store and _PER_REQUEST_ATTR.search(attr) and not _keyed_by_request(lin, key):
+        lin.report("PK204", node, f"`self.{attr}[...]` is stored under a key not derived from the request id")
+
+
+def _dict_call(lin, node: ast.Call) -> None:
+    args = node.args
+    if not args:
+        return
+    if const_str(args[0]) == LEGACY_KEY:
+        lin.report("PK202", node, f"`{LEGACY_KEY}` is never set by the engine; the lookup always misses")
+        return
+    if len(args) > 1 and args[1].__class__ is ast.Call and args[1].func.__class__ is ast.Name \
+            and args[1].func.id == "id" and node.func.attr == "get":
+        lin.report("PK203", node, "request key falls back to id(...): a recycled object id merges requests")
+        return
+    if _in_forward(lin):
+        attr = is_self_attr(node.func.value)
+        if attr is not None and _STATE_ATTR.search(attr):
+            _constant_key(lin, node, attr, args[0])
+
+
+CALLS = {"get": _dict_call, "pop": _dict_call, "setdefault": _dict_call}
+
+
+def on_boolop(lin, node: ast.BoolOp) -> None:
+    last = node.values[-1]
+    if isinstance(node.op, ast.Or) and last.__class__ is ast.Call and last.func.__class__ is ast.Name \
+            and last.func.id == "id":
+        lin.report("PK203", node, "request key falls back to id(...): a recycled object id merges requests")
+
+
+def on_assign(lin, node: ast.AST) -> None:
+    """Remember simple assignments in forward() so PK204 can see what a key was built from."""
+    if not _in_forward(lin) or node.value is None:
+        return
+    frame = lin.frame
+    if frame.assigned is None:
+        frame.assigned = {}
+    targets = node.targets if node.__class__ is ast.Assign else [node.target]
+    for target in targets:
+        if target.__class__ is ast.Name:
+            frame.assigned[target.id] = node.value

@@ -1,0 +1,106 @@
+"""PK7xx RoPE buffers that nobody re-initialises after a meta-device build.
+
+``register_buffer("inv_freq", ..., persistent=False)`` is not in the
+checkpoint. When the module is built on the meta device (transformers'
+``from_pretrained``, ``init_empty_weights``, remote-code models) the buffer is
+materialised empty and holds garbage unless something recomputes it.
+transformers re-initialises it only for classes named ``*RotaryEmbedding``
+that keep ``original_inv_freq``. The rule flags a class that registers a
+non-persistent ``inv_freq`` without that contract and without any method
+other than ``__init__`` that writes ``self.inv_freq`` (assignment or
+``.copy_``), in a file whose models transformers builds on the meta device
+(it defines a ``*PreTrainedModel`` subclass, or mentions ``init_empty_weights``
+or the ``"meta"`` device). A class that keeps ``original_inv_freq`` but whose
+name lacks ``RotaryEmbedding`` (``...RotatoryEmbedding``) breaks that contract
+and is flagged wherever it lives.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from porting_kit.lint.astutil import const_str, dotted, is_false, keyword
+
+
+class RopeState:
+    """Per-class: candidate buffers and whether the class re-initialises them."""
+
+    __slots__ = ("candidates", "reinit", "hf_contract")
+
+    def __init__(self) -> None:
+        self.candidates: list[ast.Call] = []
+        self.reinit = False
+        self.hf_contract = False
+
+
+def _state(lin):
+    cls = lin.frame.enclosing_class()
+    if cls is None:
+        return None
+    if cls.rope is None:
+        cls.rope = RopeState()
+    return cls.rope
+
+
+def _register_buffer(lin, node: ast.Call) -> None:
+    name = const_str(node.args[0]) if node.args else const_str(keyword(node, "name"))
+    if name is None or not name.endswith("inv_freq"):
+        return
+    persistent = keyword(node, "persistent")
+    if persistent is None and len(node.args) >= 3:
+        persistent = node.args[2]
+    state = _state(lin)
+    if state is None:
+        return
+    if name == "original_inv_freq":
+        state.hf_contract = True
+    elif lin.frame.name != "__init__":
+        state.reinit = True
+    elif is_false(persistent) and name == "inv_freq":
+        state.candidates.append(node)
+
+
+def _copy(lin, node: ast.Call) -> None:
+    func = node.func
+    if func.__class__ is ast.Attribute and dotted(func.value).endswith("inv_freq"):
+        state = _state(lin)
+        if state is not None:
+            state.reinit = True
+
+
+CALLS = {"register_buffer": _register_buffer, "copy_": _copy}
+
+
+def on_assign(lin, node: ast.AST) -> None:
+    targets = node.targets if node.__class__ is ast.Assign else [node.target]
+    for target in targets:
+        if target.__class__ is not ast.Attribute:
+            continue
+        text = dotted(target)
+        if text == "self.original_inv_freq":
+            state = _state(lin)
+            if state is not None:
+                state.hf_contract = True
+        elif text.endswith("inv_freq") and lin.frame.kind == "func" and lin.frame.name != "__init__":
+            state = _state(lin)
+            if state is not None:
+                state.reinit = True
+
+
+def on_class_exit(lin, frame) -> None:
+    state = frame.rope
+    if state is None or not state.candidates or state.reinit:
+        return
+    if state.hf_contract or any(s.__class__ is ast.FunctionDef and s.name == "compute_default_rope_parameters"
+                                for s in frame.node.body):
+        if "RotaryEmbedding" in frame.name:
+            return
+        for node in state.candidates:
+            lin.report("PK701", node, f"{frame.name} keeps original_inv_freq but its name lacks "
+                                      "'RotaryEmbedding', so transformers' _init_weights never re-initialises it")
+        return
+    if not lin.meta_hint():
+        return
+    for node in state.candidates:
+        lin.report("PK701", node, f"{frame.name}.inv_freq is non-persistent and never re-initialised: "
+                                  "garbage after a meta-device build")

@@ -1,0 +1,400 @@
+"""Find normalization modules in a model and fingerprint the function each computes.
+
+Used by :mod:`porting_kit.checks.norm`. A norm module is probed as a black box
+with synthetic inputs, so the fingerprint does not depend on the activations
+of a particular forward (nor on upstream faults):
+
+* **kind and weight** — rows of scale 100 (eps negligible) are normalised both
+  ways, RMS ``x / sqrt(mean(x^2))`` and Layer ``(x - mean) / std``; per dim a
+  least-squares fit ``y = a * n + c`` gives the effective weight ``a`` (and
+  bias ``c``); the kind whose fit leaves no residual is the module's.
+* **eps** — rows ``s * (+1, -1, +1, ...)`` (mean 0, mean square = variance =
+  ``s^2``) for ``s`` from 1e-6 to 1: ``y = a x / sqrt(s^2 + eps)``, so
+  ``eps = (a x / y)^2 - s^2``, read on the row where ``eps`` and ``s^2`` are
+  of the same order.
+* **precision** — the module copied to bfloat16 runs on bfloat16 rows and is
+  compared with the same module in float64: a norm that computes its
+  variance in the input dtype (no fp32 upcast) has a several-times larger
+  error than one that upcasts.
+
+:func:`capture_norm_calls` records, during a real forward, which norm runs in
+which block and what it was fed: a pre-norm block feeds its first norm the
+block input itself; a post-norm block feeds it ``x + sublayer(x)``.
+
+Formulas: RMSNorm, Zhang & Sennrich 2019, ``y = w * x / sqrt(mean(x^2) + eps)``;
+LayerNorm, Ba et al. 2016, ``y = w * (x - mean) / sqrt(var + eps) + b``
+(biased variance, as ``torch.nn.LayerNorm``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+_NORM_TYPE = re.compile(r"(rms_?norm|layer_?norm)", re.I)
+_SEED = 20261129
+
+
+# --------------------------------------------------------------------------- math
+
+def rms_norm(x, weight=None, eps: float = 1e-6):
+    """Root-mean-square norm over the last axis, in float64.
+
+    Parameters
+    ----------
+    x : torch.Tensor [shape=(..., D)]
+    weight : torch.Tensor [shape=(D,)], optional (default: ones)
+    eps : float
+        Added to the mean square.
+
+    Returns
+    -------
+    torch.Tensor float64 [shape=(..., D)]: ``w * x / sqrt(mean(x^2) + eps)``.
+
+    Examples
+    --------
+    ``x = full(4, 1e-3)``: eps 1e-6 gives 0.7071 (``1e-3 / sqrt(2e-6)``),
+    eps 1e-5 gives 0.3015 (``1e-3 / sqrt(1.1e-5)``).
+    """
+    import torch
+
+    x = x.to(torch.float64)
+    y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y if weight is None else y * weight.to(torch.float64)
+
+
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
+    """Layer norm over the last axis (biased variance), in float64.
+
+    Returns
+    -------
+    torch.Tensor float64 [shape=(..., D)]: ``w * (x - mean) / sqrt(var + eps) + b``.
+    For ``x = [1, 2, 3, 4]``: about ``[-1.342, -0.447, 0.447, 1.342]``
+    (RMSNorm gives ``[0.365, 0.730, 1.095, 1.461]``).
+    """
+    import torch
+
+    x = x.to(torch.float64)
+    mu = x.mean(-1, keepdim=True)
+    var = (x - mu).pow(2).mean(-1, keepdim=True)
+    y = (x - mu) / torch.sqrt(var + eps)
+    if weight is not None:
+        y = y * weight.to(torch.float64)
+    if bias is not None:
+        y = y + bias.to(torch.float64)
+    return y
+
+
+# ------------------------------------------------------------------ discovery
+
+@dataclass
+class NormSite:
+    """A normalization module.
+
+    Attributes
+    ----------
+    name : str
+        Qualified module name (``model.layers.0.input_layernorm``).
+    dim : int
+        Normalised size (last axis).
+    type : str
+        Class name (``Qwen3RMSNorm``, ``LayerNorm``, ``RMSNorm``).
+    eps : float or None
+        The module's ``eps`` / ``variance_epsilon`` attribute, when it has one.
+    """
+
+    name: str
+    dim: int
+    type: str
+    eps: float | None
+    module: Any = field(repr=False, default=None)
+
+
+def find_norms(model) -> list[NormSite]:
+    """RMSNorm / LayerNorm modules of ``model`` in module order.
+
+    A module counts when its class name contains ``RMSNorm`` / ``LayerNorm``
+    (any case, ``_`` allowed), or when it has an ``eps`` /
+    ``variance_epsilon`` attribute and a 1-D ``weight`` and no children.
+    GroupNorm / BatchNorm (codecs) are not included.
+    """
+    import torch
+
+    out: list[NormSite] = []
+    for name, mod in model.named_modules():
+        tname = type(mod).__name__
+        if re.search(r"(group|batch|instance)_?norm", tname, re.I):
+            continue
+        eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
+        w = getattr(mod, "weight", None)
+        looks = bool(_NORM_TYPE.search(tname)) or (
+            isinstance(eps, (int, float)) and isinstance(w, torch.Tensor) and w.ndim == 1
+            and not list(mod.children()))
+        if not looks:
+            continue
+        dim = None
+        if isinstance(w, torch.Tensor) and w.ndim == 1:
+            dim = int(w.shape[0])
+        elif hasattr(mod, "normalized_shape"):
+            dim = int(tuple(mod.normalized_shape)[-1])
+        if dim is None:
+            continue
+        out.append(NormSite(name, dim, tname, float(eps) if isinstance(eps, (int, float)) else None, mod))
+    return out
+
+
+# ---------------------------------------------------------------- fingerprint
+
+@dataclass
+class Fingerprint:
+    """What a norm module computes, measured on synthetic rows.
+
+    Attributes
+    ----------
+    kind : str
+        ``rms``, ``layer`` or ``unknown`` (neither fits).
+    weight : torch.Tensor [shape=(D,)] float64
+        Effective per-dim weight ``a`` (``1 + w`` for a Gemma-style norm).
+    bias : torch.Tensor [shape=(D,)] float64
+    eps : float
+        Fitted epsilon (0.0 when below what the probe can see, about 1e-13).
+    residual : float
+        Relative residual of the kind fit (0 for an exact RMS/Layer norm).
+    rel_diff_kinds : dict
+        Residual of each kind (``{"rms": ..., "layer": ...}``).
+    bf16_error : float or None
+        Row-common relative error of the module in bfloat16 against itself
+        in float64 (:func:`bf16_error`; ``None`` when it cannot run in those dtypes).
+    """
+
+    kind: str
+    weight: Any = field(repr=False)
+    bias: Any = field(repr=False)
+    eps: float
+    residual: float
+    rel_diff_kinds: dict
+    bf16_error: float | None
+
+
+def _call(mod, x):
+    out = mod(x)
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    return out
+
+
+def probe_rows(dim: int, dtype=None):
+    """The synthetic probe: ``(rand, alt, scales)``.
+
+    ``rand`` [shape=(64, dim)]: normal rows with a per-row mean offset, scale 100.
+    ``alt`` [shape=(13, dim)]: ``s * (+1, -1, ...)`` for ``s = 10**linspace(-6, 0, 13)``.
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(_SEED)
+    rand = torch.randn(64, dim, generator=g, dtype=torch.float64)
+    rand = (rand + torch.randn(64, 1, generator=g, dtype=torch.float64)) * 100.0
+    scales = 10.0 ** torch.linspace(-6, 0, 13, dtype=torch.float64)
+    sign = torch.ones(dim, dtype=torch.float64)
+    sign[1::2] = -1
+    alt = scales[:, None] * sign[None, :]
+    return rand, alt, scales
+
+
+def fingerprint(module, dim: int) -> Fingerprint:
+    """Fingerprint one norm module (a float32 copy; the model is not touched).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Called as ``module(x)`` with ``x`` of shape ``(rows, dim)``; a tuple
+        result (vLLM's ``RMSNorm`` with a residual) uses its first element.
+    dim : int
+
+    Returns
+    -------
+    Fingerprint
+    """
+    import torch
+
+    m32 = copy.deepcopy(module).to(dtype=torch.float32, device="cpu")
+    rand, alt, scales = probe_rows(dim)
+    with torch.no_grad():
+        y = _call(m32, rand.float()).to(torch.float64)
+        ya = _call(m32, alt.float()).to(torch.float64)
+    fits = {}
+    for kind in ("rms", "layer"):
+        n = rms_norm(rand, eps=0.0) if kind == "rms" else layer_norm(rand, eps=0.0)
+        a, c, res = _ls_fit(n, y)
+        fits[kind] = (a, c, res)
+    kind = min(fits, key=lambda k: fits[k][2])
+    a, c, res = fits[kind]
+    if res > 1e-3:
+        kind = "unknown"
+    eps = _fit_eps(alt, ya, a, c, scales)
+    return Fingerprint(kind, a, c, eps, res, {k: v[2] for k, v in fits.items()},
+                       bf16_error(module, dim))
+
+
+def _ls_fit(n, y):
+    """Per-dim least squares ``y = a * n + c``; returns (a, c, relative residual)."""
+    nm, ym = n.mean(0), y.mean(0)
+    dn, dy = n - nm, y - ym
+    a = (dn * dy).sum(0) / (dn * dn).sum(0).clamp_min(1e-300)
+    c = ym - a * nm
+    res = float((y - (a * n + c)).norm() / y.norm().clamp_min(1e-300))
+    return a, c, res
+
+
+def _fit_eps(alt, ya, a, c, scales) -> float:
+    """eps from the alternating rows: ``eps = (a x / (y - c))^2 - s^2`` per row, read where
+    it is of the order of ``s^2``."""
+    import torch
+
+    num = a[None, :] * alt
+    den = ya - c[None, :]
+    ok = (num.abs() > 0) & (den.abs() > 0)
+    best, best_gap = 0.0, float("inf")
+    for i, s in enumerate(scales.tolist()):
+        g = torch.where(ok[i], num[i] / den[i], torch.nan)
+        g = g[torch.isfinite(g)]
+        if g.numel() == 0:
+            continue
+        inv = float(g.median()) ** 2  # = s^2 + eps
+        est = inv - s * s
+        if est <= 0:
+            continue
+        gap = abs(math.log(est / (s * s)))
+        if gap < best_gap:
+            best, best_gap = est, gap
+    return best if best_gap < math.log(1e4) else 0.0
+
+
+def bf16_error(module, dim: int) -> float | None:
+    """Row-common relative error of ``module`` run in bfloat16 against itself in float64.
+
+    Rows: the probe's normal rows at scale 1, cast to bfloat16 first so both
+    runs see the same input; the float64 run uses the bfloat16-rounded
+    parameters. Per row the median of ``y_bf16 / y_f64 - 1`` is the error
+    common to the whole row, i.e. the error of the row's ``rsqrt(variance +
+    eps)``; the result is its root mean square over rows. A norm that upcasts
+    to float32 only rounds each output element (independent errors, row
+    median near 0: about 4e-4 for width 64); one that computes the variance
+    in bfloat16 rounds that per-row scalar to 8 bits (about 2e-3).
+
+    Returns
+    -------
+    float, or None when the module cannot run in bfloat16 / float64.
+    """
+    import torch
+
+    rand, _, _ = probe_rows(dim)
+    x16 = (rand / 100.0).to(torch.bfloat16)
+    try:
+        m16 = copy.deepcopy(module).to(dtype=torch.bfloat16, device="cpu")
+        m64 = copy.deepcopy(module).to(dtype=torch.float64, device="cpu")
+        with torch.no_grad():
+            for p64, p16 in zip(m64.parameters(), m16.parameters()):
+                p64.copy_(p16.to(torch.float64))
+            y16 = _call(m16, x16).to(torch.float64)
+            y64 = _call(m64, x16.to(torch.float64))
+    except Exception:  # noqa: BLE001 - a module that cannot run in these dtypes: no verdict
+        return None
+    keep = y64.abs() > 1e-3 * y64.abs().amax(-1, keepdim=True)
+    ratio = torch.where(keep, y16 / torch.where(keep, y64, torch.ones_like(y64)), torch.nan)
+    row = ratio.nanmedian(dim=-1).values - 1
+    row = row[torch.isfinite(row)]
+    return float(row.pow(2).mean().sqrt()) if row.numel() else None
+
+
+# ------------------------------------------------------------------- capture
+
+@dataclass
+class NormCall:
+    """One call of a norm module during a forward.
+
+    Attributes
+    ----------
+    name : str
+    dim : int
+    block : str or None
+        The enclosing block (an element of a ``ModuleList``: ``model.layers.0``).
+    fed_block_input : bool or None
+        For the first norm of the block's own width called in the block: True
+        when its input equals the block's input (pre-norm), False otherwise
+        (post-norm). None for the other calls.
+    """
+
+    name: str
+    dim: int
+    block: str | None
+    fed_block_input: bool | None = None
+
+
+def _blocks(model) -> dict[str, Any]:
+    import torch
+
+    out = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.ModuleList):
+            for cname, child in mod.named_children():
+                out[f"{name}.{cname}" if name else cname] = child
+    return out
+
+
+@contextmanager
+def capture_norm_calls(model, sites: list[NormSite]) -> Iterator[list[NormCall]]:
+    """Record the norm calls of one forward of ``model`` (no tensors are kept)."""
+    import torch
+
+    calls: list[NormCall] = []
+    blocks = _blocks(model)
+    block_inputs: dict[str, list[Any]] = {}
+    first_seen: set[str] = set()
+    handles = []
+    site_by_mod = {id(s.module): s for s in sites}
+
+    def block_pre(bname):
+        def hook(mod, args, kwargs):
+            tensors = [a for a in list(args) + list(kwargs.values())
+                       if isinstance(a, torch.Tensor) and a.is_floating_point()]
+            block_inputs[bname] = tensors
+            first_seen.discard(bname)
+        return hook
+
+    def enclosing(name: str) -> str | None:
+        best = None
+        for b in blocks:
+            if name.startswith(b + ".") and (best is None or len(b) > len(best)):
+                best = b
+        return best
+
+    def norm_pre(site: NormSite):
+        blk = enclosing(site.name)
+
+        def hook(mod, args, kwargs):
+            x = args[0] if args else next(iter(kwargs.values()), None)
+            fed = None
+            if blk is not None and blk in block_inputs and blk not in first_seen and isinstance(
+                    x, torch.Tensor):
+                block_dim = [t for t in block_inputs[blk] if t.shape[-1] == site.dim]
+                if block_dim:
+                    first_seen.add(blk)
+                    fed = any(t.shape == x.shape and torch.equal(t, x) for t in block_dim)
+            calls.append(NormCall(site.name, site.dim, blk, fed))
+        return hook
+
+    for bname, mod in blocks.items():
+        handles.append(mod.register_forward_pre_hook(block_pre(bname), with_kwargs=True))
+    for site in sites:
+        handles.append(site.module.register_forward_pre_hook(norm_pre(site), with_kwargs=True))
+    try:
+        yield calls
+    finally:
+        for h in handles:
+            h.remove()
+        del site_by_mod

@@ -1,0 +1,250 @@
+"""Plots for the notebooks and ``--plot`` options (matplotlib, imported lazily).
+
+Each function takes plain data (a report, arrays) and returns the matplotlib
+``Figure``; nothing here computes a check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def plot_error_per_module(report, *, ax=None, title: str | None = None):
+    """Estimated relative error ``||a-b||/||b||`` of every compared module pair, in
+    reference call-completion order (log scale), first divergence marked.
+
+    Parameters
+    ----------
+    report : Report
+        From :func:`porting_kit.runner.run_check` with the parity family run
+        (uses ``report.extras["alignment"]``).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report.extras.get("alignment", []) if r["rel_err"] is not None]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 3.5))
+    else:
+        fig = ax.figure
+    xs = list(range(len(rows)))
+    ys = [max(r["rel_err"], 1e-12) for r in rows]
+    colors = ["tab:red" if r["status"] == "differs" else "tab:green" for r in rows]
+    ax.scatter(xs, ys, c=colors, s=14)
+    ax.plot(xs, ys, lw=0.5, color="grey")
+    ax.set_yscale("log")
+    ax.set_xlabel("aligned module (reference completion order)")
+    ax.set_ylabel("||cand - ref|| / ||ref||")
+    fd = report.first_divergence
+    if fd:
+        for x, r in zip(xs, rows):
+            if r["reference"] == fd["reference_module"]:
+                ax.axvline(x, color="tab:red", ls="--", lw=1)
+                ax.annotate(f"first divergence\n{r['reference']}", (x, ys[x]), fontsize=8,
+                            xytext=(5, 5), textcoords="offset points")
+    ax.set_title(title or "layer parity: error per module")
+    fig.tight_layout()
+    return fig
+
+
+def plot_error_per_layer(report, *, ax=None, title: str | None = None):
+    """Estimated relative error of each decoder layer's output (modules whose name ends in a
+    layer index, e.g. ``model.layers.3``), in layer order.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import re
+
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report.extras.get("alignment", [])
+            if r["rel_err"] is not None and re.search(r"\.\d+$", r["reference"])]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 3))
+    else:
+        fig = ax.figure
+    labels = [r["reference"] for r in rows]
+    ax.bar(range(len(rows)), [max(r["rel_err"], 1e-12) for r in rows],
+           color=["tab:red" if r["status"] == "differs" else "tab:green" for r in rows])
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("||cand - ref|| / ||ref||")
+    ax.set_title(title or "error per layer")
+    fig.tight_layout()
+    return fig
+
+
+def alignment_markdown(rows: list[dict[str, Any]], limit: int = 60) -> str:
+    """The aligned-module table as Markdown (for ``IPython.display.Markdown``)."""
+    head = "| # | reference | candidate | aligned by | est. rel. error | status |\n|---|---|---|---|---|---|\n"
+    body = "".join(
+        f"| {r['order']} | `{r['reference']}` ({r['reference_type']}) | `{r['candidate']}` "
+        f"({r['candidate_type']}) | {r['source']} | "
+        f"{'' if r['rel_err'] is None else format(r['rel_err'], '.2e')} | {r['status']} |\n"
+        for r in rows[:limit])
+    more = f"\n... {len(rows) - limit} more rows\n" if len(rows) > limit else ""
+    return head + body + more
+
+
+# --------------------------------------------------------------------------- audio (issue 4)
+
+
+def plot_waveforms(reference, candidate, sample_rate: int, *, ax=None, title: str | None = None,
+                   labels: tuple[str, str] = ("reference", "candidate")):
+    """Two waveforms overlaid against time in seconds (mono mixdown of each).
+
+    Parameters
+    ----------
+    reference, candidate : np.ndarray [shape=(samples,) or (channels, samples)]
+    sample_rate : int
+        Hz, used for the time axis of both.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from porting_kit.audio import as_channels_first
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 3))
+    else:
+        fig = ax.figure
+    for y, lab, kw in ((reference, labels[0], dict(lw=1.2, alpha=0.8)),
+                       (candidate, labels[1], dict(lw=0.8, alpha=0.8, ls="--"))):
+        if y is None:
+            continue
+        m = as_channels_first(y).mean(axis=0)
+        ax.plot(np.arange(m.size) / sample_rate, m, label=lab, **kw)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("amplitude")
+    ax.legend(loc="upper right")
+    ax.set_title(title or "waveforms")
+    fig.tight_layout()
+    return fig
+
+
+def plot_spectrogram_difference(reference, candidate, sample_rate: int, *, axes=None,
+                                title: str | None = None, n_fft: int = 1024):
+    """Log-magnitude spectrograms (dB) of both signals and their difference.
+
+    ``librosa.stft`` (hop ``n_fft/4``) of each mono mixdown over the common
+    length; the third panel is ``dB(candidate) - dB(reference)``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import librosa
+    import librosa.display
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from porting_kit.audio import as_channels_first
+
+    r = as_channels_first(reference).mean(axis=0)
+    c = as_channels_first(candidate).mean(axis=0)
+    n = min(r.size, c.size)
+    n_fft = min(n_fft, 1 << max(int(np.log2(max(n, 2))), 1))
+    hop = max(n_fft // 4, 1)
+    db = [librosa.amplitude_to_db(np.abs(librosa.stft(x[:n], n_fft=n_fft, hop_length=hop)),
+                                  ref=1.0, amin=1e-6) for x in (r, c)]
+    if axes is None:
+        fig, axes = plt.subplots(1, 3, figsize=(14, 3.2), sharey=True)
+    else:
+        fig = axes[0].figure
+    for ax, img, t in zip(axes, (db[0], db[1], db[1] - db[0]),
+                          ("reference (dB)", "candidate (dB)", "candidate - reference (dB)")):
+        kw = dict(cmap="coolwarm", vmin=-40, vmax=40) if t.startswith("candidate -") else {}
+        m = librosa.display.specshow(img, sr=sample_rate, hop_length=hop, x_axis="time",
+                                     y_axis="hz", ax=ax, **kw)
+        fig.colorbar(m, ax=ax)
+        ax.set_title(t)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def save_audio_comparison(comparison, path) -> None:
+    """Write the waveform overlay and spectrogram difference of an
+    :class:`~porting_kit.audio.AudioComparison` to one PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(14, 6.5))
+    top = fig.add_subplot(2, 1, 1)
+    ref, cand = comparison.reference, comparison.candidate
+    plot_waveforms(ref, cand, comparison.sample_rate, ax=top,
+                   title="waveforms (aligned)" if cand is not None else "reference")
+    if cand is not None and ref is not None and min(ref.shape[-1], cand.shape[-1]) >= 64:
+        axes = [fig.add_subplot(2, 3, 4 + i) for i in range(3)]
+        plot_spectrogram_difference(ref, cand, comparison.sample_rate, axes=axes)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=90)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- rng / lifecycle (issue 5)
+
+
+def plot_request_audio(waveforms: dict[str, Any], sample_rate: int, *,
+                       spans: dict[str, tuple[int, int, str]] | None = None,
+                       title: str | None = None):
+    """One row per request: waveform against time (s) and its spectrogram.
+
+    Parameters
+    ----------
+    waveforms : dict
+        label -> mono waveform [shape=(samples,)] (tensor or array), e.g.
+        ``{"A alone": ..., "B alone": ..., "B served": ...}``.
+    sample_rate : int
+        Hz, for the time axes.
+    spans : dict, optional
+        label -> ``(start, end, text)`` in samples: a region of that row to shade
+        and annotate (e.g. where B's served audio equals A's tail).
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    spans = spans or {}
+    n = len(waveforms)
+    fig, axes = plt.subplots(n, 2, figsize=(13, 2.2 * n), squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 2]})
+    t_max = max((np.asarray(w).reshape(-1).size for w in waveforms.values()), default=1) / sample_rate
+    for (label, w), (ax_w, ax_s) in zip(waveforms.items(), axes):
+        y = np.asarray(w, dtype=np.float32).reshape(-1)
+        ax_w.plot(np.arange(y.size) / sample_rate, y, lw=0.6)
+        ax_w.set_xlim(0, t_max)
+        ax_w.set_ylabel(label, rotation=0, ha="right", va="center")
+        if label in spans:
+            a, b, text = spans[label]
+            ax_w.axvspan(a / sample_rate, b / sample_rate, color="tab:red", alpha=0.15)
+            ax_w.text(a / sample_rate, ax_w.get_ylim()[1] * 0.8, " " + text, color="tab:red",
+                      fontsize=9, va="top")
+        if y.size >= 256:
+            with np.errstate(divide="ignore"):  # silent stretches: log10(0) is drawn as -inf
+                ax_s.specgram(y, NFFT=256, Fs=sample_rate, noverlap=192, cmap="magma")
+            ax_s.set_xlim(0, t_max)
+            ax_s.set_ylim(0, 2000)
+        ax_s.set_ylabel("Hz")
+    axes[-1][0].set_xlabel("time (s)")
+    axes[-1][1].set_xlabel("time (s)")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,591 @@
+"""Find rotary position embeddings in a model and measure the rotation it applies.
+
+Used by :mod:`porting_kit.checks.rope`. Three things live here:
+
+* **RoPE math** in float64: :func:`default_inv_freq`, :func:`rotate`,
+  :func:`layout_permutation`, :func:`fit_base`.
+* **Discovery** (:func:`find_rotary`): the frequency table each side holds,
+  found by name and type — HF ``*RotaryEmbedding`` modules with an
+  ``inv_freq`` buffer, vLLM-style modules with ``inv_freq`` or
+  ``cos_sin_cache``, Meta Llama's complex ``freqs_cis`` attribute.
+* **Capture and measurement** (:func:`capture_qk`, :func:`measure_rotation`):
+  the post-rotary q/k that each model feeds its attention kernel
+  (``scaled_dot_product_attention`` or the first ``q @ k^T`` matmul of an
+  attention call), caught with a :class:`torch.overrides.TorchFunctionMode`;
+  the reference's pre-rotary q/k recovered by undoing the reference's own
+  rotation (its rotary module's ``cos``/``sin``, captured by a forward hook).
+  The candidate's rotation is then *measured*: for each way of pairing dims
+  (rotate-half or interleaved, through the q/k weight-map permutation or not,
+  rotary over ``r`` dims) the per-(position, pair) complex ratio
+  ``post / pre`` is fitted by least squares over batch and heads; the pairing
+  whose residual vanishes is the candidate's layout, and the ratio's angle is
+  the candidate's rotation angle ``theta[t, i]`` (its magnitude the
+  attention scaling).
+
+Conventions (Su et al. 2021, "RoFormer"; HF ``apply_rotary_pos_emb``; Meta
+``apply_rotary_emb``): pair ``i`` of a head vector rotates by
+``theta[t, i] = position_t * inv_freq[i]`` with
+``inv_freq[i] = base ** (-2 i / rotary_dim)``. *Rotate-half* (GPT-NeoX, HF)
+pairs dims ``(i, i + rotary_dim/2)``; *interleaved* (GPT-J, Meta's complex
+form) pairs ``(2i, 2i + 1)``. HF's Llama conversion permutes q/k rows from
+interleaved to rotate-half order (:func:`layout_permutation`), which makes the
+two conventions compute the same attention scores.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+HALF, INTERLEAVED = "rotate_half", "interleaved"
+
+
+# --------------------------------------------------------------------------- math
+
+def default_inv_freq(base: float, rotary_dim: int):
+    """Inverse frequencies of plain RoPE.
+
+    Parameters
+    ----------
+    base : float
+        ``rope_theta`` (e.g. 10000, 500000, 1000000).
+    rotary_dim : int
+        Number of rotated dims of a head (``head_dim`` times
+        ``partial_rotary_factor``); even.
+
+    Returns
+    -------
+    torch.Tensor [shape=(rotary_dim // 2,), float64]
+        ``base ** (-2 i / rotary_dim)`` in radians per position. For
+        ``rotary_dim=64, base=1e4`` it starts 1.0, 0.749894, 0.562341,
+        0.421696, 0.316228.
+
+    Notes
+    -----
+    Su et al. 2021 (RoFormer), eq. 15; HF ``_compute_default_rope_parameters``.
+    """
+    import torch
+
+    i = torch.arange(0, rotary_dim, 2, dtype=torch.float64)
+    return 1.0 / (float(base) ** (i / rotary_dim))
+
+
+def fit_base(inv_freq) -> tuple[float, float]:
+    """Fit ``base`` of a default-RoPE frequency table by least squares on the log.
+
+    Parameters
+    ----------
+    inv_freq : torch.Tensor [shape=(n,)]
+        Radians per position, ``n = rotary_dim // 2``.
+
+    Returns
+    -------
+    base : float
+        The base ``b`` minimising ``sum_i (log inv_freq[i] + (i / n) log b)^2``.
+    rel_residual : float
+        ``max_i |default_inv_freq(b)[i] / inv_freq[i] - 1|``: near 0 when the
+        table is a plain geometric series with first value 1.
+    """
+    import torch
+
+    w = inv_freq.detach().to(torch.float64).flatten()
+    n = w.numel()
+    if n < 2 or not torch.isfinite(w).all() or (w <= 0).any():
+        return float("nan"), float("inf")
+    x = torch.arange(n, dtype=torch.float64) / n
+    log_b = float(-(torch.log(w) * x).sum() / (x * x).sum())
+    b = math.exp(log_b)
+    pred = default_inv_freq(b, 2 * n)
+    return b, float((pred / w - 1).abs().max())
+
+
+def layout_permutation(head_dim: int):
+    """Index ``perm`` with ``x_interleaved = x_rotate_half[..., perm]``.
+
+    The inverse of the row permutation HF's ``convert_llama_weights_to_hf``
+    applies to ``wq``/``wk`` (view as ``(heads, head_dim/2, 2, dim)``, swap the
+    middle axes): Meta dim ``2i`` is HF dim ``i`` and Meta dim ``2i+1`` is HF
+    dim ``i + head_dim/2``.
+
+    Returns
+    -------
+    torch.Tensor [shape=(head_dim,), int64]
+    """
+    import torch
+
+    h = head_dim // 2
+    return torch.stack([torch.arange(h), torch.arange(h) + h], dim=1).reshape(-1)
+
+
+def _pairs(layout: str, rotary_dim: int, head_dim: int):
+    """(a, b) index tensors of the rotated pairs and the pass-through dims."""
+    import torch
+
+    n = rotary_dim // 2
+    if layout == HALF:
+        a = torch.arange(n)
+        b = a + n
+    else:
+        a = torch.arange(n) * 2
+        b = a + 1
+    rest = torch.arange(rotary_dim, head_dim)
+    return a, b, rest
+
+
+def rotate(x, theta, layout: str = HALF, scale: float = 1.0):
+    """Apply RoPE rotation angles to head vectors.
+
+    Parameters
+    ----------
+    x : torch.Tensor [shape=(..., T, head_dim)]
+    theta : torch.Tensor [shape=(T, rotary_dim // 2)]
+        Angles in radians (``position * inv_freq``).
+    layout : {"rotate_half", "interleaved"}
+    scale : float
+        Attention scaling multiplying cos and sin (YaRN); 1.0 otherwise.
+
+    Returns
+    -------
+    torch.Tensor, float64, shape of ``x``; dims ``rotary_dim..head_dim`` pass through.
+    """
+    import torch
+
+    x = x.to(torch.float64)
+    head_dim = x.shape[-1]
+    a, b, _ = _pairs(layout, 2 * theta.shape[-1], head_dim)
+    c, s = torch.cos(theta) * scale, torch.sin(theta) * scale
+    out = x.clone()
+    out[..., a] = x[..., a] * c - x[..., b] * s
+    out[..., b] = x[..., b] * c + x[..., a] * s
+    return out
+
+
+# ------------------------------------------------------------------ discovery
+
+@dataclass
+class RotarySite:
+    """A frequency table found in a model.
+
+    Attributes
+    ----------
+    name : str
+        Qualified module name holding it (``""`` for the root), plus the
+        attribute: ``model.rotary_emb.inv_freq``, ``freqs_cis``.
+    kind : str
+        ``inv_freq``, ``cos_sin_cache`` or ``freqs_cis``.
+    inv_freq : torch.Tensor [shape=(rotary_dim // 2,), float64]
+        Radians per position as stored (for ``cos_sin_cache`` / ``freqs_cis``
+        the angle at position 1).
+    dtype : str
+        Storage dtype of the table.
+    module : torch.nn.Module
+        The module (for HF: has ``config``, ``rope_type``, ``attention_scaling``).
+    """
+
+    name: str
+    kind: str
+    inv_freq: Any
+    dtype: str
+    module: Any = field(repr=False, default=None)
+
+    @property
+    def module_name(self) -> str:
+        return self.name.rsplit(".", 1)[0] if "." in self.name else "<root>"
+
+
+def find_rotary(model) -> list[RotarySite]:
+    """All rotary frequency tables in ``model``, in module order.
+
+    Looks for (by attribute name, on every submodule): a 1-D floating
+    ``inv_freq`` tensor (HF ``*RotaryEmbedding``, vLLM ``RotaryEmbedding``), a
+    2-D ``cos_sin_cache`` (vLLM: ``[cos | sin]`` per position), a 2-D complex
+    ``freqs_cis`` (Meta Llama: ``exp(i * position * inv_freq)``).
+
+    Returns
+    -------
+    list of RotarySite (empty when the model has none)
+    """
+    import torch
+
+    sites: list[RotarySite] = []
+    for mname, mod in model.named_modules():
+        prefix = f"{mname}." if mname else ""
+        t = getattr(mod, "inv_freq", None)
+        if isinstance(t, torch.Tensor) and t.ndim == 1 and t.is_floating_point():
+            sites.append(RotarySite(prefix + "inv_freq", "inv_freq", t.detach().to("cpu", torch.float64),
+                                    str(t.dtype).replace("torch.", ""), mod))
+            continue
+        t = getattr(mod, "cos_sin_cache", None)
+        if isinstance(t, torch.Tensor) and t.ndim == 2 and t.shape[0] > 1:
+            half = t.shape[1] // 2
+            row = t[1].detach().to("cpu", torch.float64)
+            w = torch.atan2(row[half:], row[:half])
+            sites.append(RotarySite(prefix + "cos_sin_cache", "cos_sin_cache", w,
+                                    str(t.dtype).replace("torch.", ""), mod))
+            continue
+        t = getattr(mod, "freqs_cis", None)
+        if isinstance(t, torch.Tensor) and t.ndim == 2 and t.is_complex() and t.shape[0] > 1:
+            w = torch.angle(t[1].detach().to("cpu", torch.complex128))
+            sites.append(RotarySite(prefix + "freqs_cis", "freqs_cis", w,
+                                    str(t.dtype).replace("torch.", ""), mod))
+    return sites
+
+
+def garbage_reason(inv_freq) -> str | None:
+    """Why a stored frequency table cannot be a RoPE table, or ``None`` when it can.
+
+    A RoPE table is finite, positive, non-increasing and at most 1 rad per
+    position at ``i = 0`` (``base ** 0 = 1``; scaling only lowers it). A
+    non-persistent ``inv_freq`` left by meta-device init / ``to_empty()`` is
+    uninitialised memory: zeros, denormals, NaN or arbitrary values.
+    """
+    import torch
+
+    w = inv_freq.to(torch.float64)
+    if not torch.isfinite(w).all():
+        return f"{int((~torch.isfinite(w)).sum())} of {w.numel()} values are NaN/Inf"
+    if (w <= 0).any():
+        return f"{int((w <= 0).sum())} of {w.numel()} values are zero or negative"
+    if w[0] > 1.0 + 1e-3:
+        return f"inv_freq[0] = {float(w[0]):.6g} > 1 rad/position"
+    if w.numel() > 1 and (w[1:] > w[:-1] * (1 + 1e-6)).any():
+        return "values are not decreasing (not a geometric series)"
+    return None
+
+
+# ---------------------------------------------------------------- capture
+
+@dataclass
+class QKCapture:
+    """q and k as one attention call saw them (after RoPE).
+
+    Attributes
+    ----------
+    site : str
+        Innermost module running when the call happened (``layers.0.attention``).
+    op : str
+        ``sdpa`` or ``matmul``.
+    q, k : torch.Tensor [shape=(B, H, T, head_dim)], detached copies.
+    """
+
+    site: str
+    op: str
+    q: Any = field(repr=False)
+    k: Any = field(repr=False)
+
+
+@contextmanager
+def capture_qk(model, limit: int = 1) -> Iterator[list[QKCapture]]:
+    """Record the q/k of the first ``limit`` attention calls of ``model``.
+
+    Catches ``torch.nn.functional.scaled_dot_product_attention`` and, for eager
+    attention, the first 4-D ``matmul(q, k^T)`` of each module call (shapes
+    ``(B, H, T, D) @ (B, H, D, S)``). 3-D SDPA inputs ``(H, T, D)`` get a batch
+    axis.
+    """
+    import torch
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    got: list[QKCapture] = []
+    stack: list[tuple[str, int]] = []
+    counter = [0]
+    seen_calls: set[int] = set()
+    handles = []
+
+    def pre(name):
+        def hook(mod, args):
+            counter[0] += 1
+            stack.append((name, counter[0]))
+        return hook
+
+    def post(mod, args, out):
+        if stack:
+            stack.pop()
+
+    for name, mod in model.named_modules():
+        handles.append(mod.register_forward_pre_hook(pre(name)))
+        handles.append(mod.register_forward_hook(post, always_call=True))
+
+    def record(op, q, k):
+        if len(got) >= limit:
+            return
+        if q.ndim == 3:
+            q, k = q.unsqueeze(0), k.unsqueeze(0)
+        site = stack[-1][0] if stack else ""
+        got.append(QKCapture(site, op, q.detach().clone(), k.detach().clone()))
+
+    class Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is F.scaled_dot_product_attention:
+                q = args[0] if args else kwargs.get("query")
+                k = args[1] if len(args) > 1 else kwargs.get("key")
+                record("sdpa", q, k)
+            elif func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__) and len(args) == 2:
+                a, b = args
+                if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.ndim == 4
+                        and b.ndim == 4 and a.shape[:2] == b.shape[:2] and a.shape[-1] == b.shape[-2]
+                        and a.is_floating_point()):
+                    call = stack[-1][1] if stack else 0
+                    if call not in seen_calls:
+                        seen_calls.add(call)
+                        record("matmul", a, b.transpose(-1, -2))
+            return func(*args, **kwargs)
+
+    try:
+        with Mode():
+            yield got
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def capture_cos_sin(module) -> Iterator[list[tuple[Any, Any, Any]]]:
+    """Record ``(cos, sin, position_ids)`` each time an HF-style rotary module runs.
+
+    HF ``*RotaryEmbedding.forward(x, position_ids) -> (cos, sin)``, both
+    ``(B, T, rotary_dim)`` in rotate-half form (``cat(freqs, freqs)``),
+    already multiplied by ``attention_scaling``.
+    """
+    import torch
+
+    got: list[tuple[Any, Any, Any]] = []
+
+    def hook(mod, args, kwargs, out):
+        if isinstance(out, tuple) and len(out) == 2 and all(isinstance(o, torch.Tensor) for o in out):
+            pos = kwargs.get("position_ids", args[1] if len(args) > 1 else None)
+            got.append((out[0].detach().clone(), out[1].detach().clone(),
+                        None if pos is None else pos.detach().clone()))
+
+    h = module.register_forward_hook(hook, with_kwargs=True)
+    try:
+        yield got
+    finally:
+        h.remove()
+
+
+# ------------------------------------------------------------- measurement
+
+@dataclass
+class Structure:
+    """One way the candidate may pair dims: layout, weight-map permutation, rotary dims."""
+
+    layout: str
+    permuted: bool
+    rotary_dim: int
+
+    def describe(self) -> str:
+        p = " through the q/k permutation" if self.permuted else ""
+        return f"{self.layout} over {self.rotary_dim} dims{p}"
+
+
+@dataclass
+class RotationFit:
+    """The candidate's rotation measured under one :class:`Structure`.
+
+    Attributes
+    ----------
+    structure : Structure
+    residual : float
+        ``||post - fitted rotation(pre)|| / ||post||`` (0 when the structure
+        explains the data exactly).
+    theta : torch.Tensor [shape=(T, rotary_dim // 2)]
+        Fitted rotation angle in radians, wrapped to ``(-pi, pi]``.
+    scale : torch.Tensor [shape=(T, rotary_dim // 2)]
+        Fitted magnitude (attention scaling; 1 for plain RoPE).
+    """
+
+    structure: Structure
+    residual: float
+    theta: Any = field(repr=False)
+    scale: Any = field(repr=False)
+
+
+def measure_rotation(pre, post, structure: Structure) -> RotationFit:
+    """Fit ``post = rho[t, i] * pre`` per rotated pair (complex least squares).
+
+    Parameters
+    ----------
+    pre : torch.Tensor [shape=(B, H, T, head_dim)]
+        Pre-rotary q (or k) in the *reference's* dim order.
+    post : torch.Tensor [shape=(B, H, T, head_dim)]
+        The candidate's post-rotary q (or k) in its own dim order.
+    structure : Structure
+        When ``permuted``, ``pre`` is first mapped to interleaved order with
+        :func:`layout_permutation` (the conversion's q/k permutation).
+
+    Returns
+    -------
+    RotationFit
+        Pass-through dims must equal ``pre``; they add to the residual.
+    """
+    import torch
+
+    pre = pre.to(torch.float64)
+    post = post.to(torch.float64)
+    d = pre.shape[-1]
+    if structure.permuted:
+        pre = pre[..., layout_permutation(d)]
+    a, b, rest = _pairs(structure.layout, structure.rotary_dim, d)
+    zx = torch.complex(pre[..., a], pre[..., b])
+    zy = torch.complex(post[..., a], post[..., b])
+    num = (zy * zx.conj()).sum(dim=(0, 1))
+    den = (zx.abs() ** 2).sum(dim=(0, 1)).clamp_min(1e-300)
+    rho = num / den  # (T, n)
+    err = (zy - rho * zx).abs().pow(2).sum() + (post[..., rest] - pre[..., rest]).pow(2).sum()
+    total = post.pow(2).sum().clamp_min(1e-300)
+    return RotationFit(structure, float((err / total).sqrt()), torch.angle(rho), rho.abs())
+
+
+def structures(head_dim: int, reference_rotary_dim: int) -> list[Structure]:
+    """The pairings tried: 2 layouts x {plain, permuted} x rotary dims
+    (the reference's, ``head_dim``, ``head_dim/2``, ``head_dim/4``, ``3 head_dim/4``)."""
+    dims = []
+    for r in (reference_rotary_dim, head_dim, head_dim // 2, head_dim // 4, 3 * head_dim // 4):
+        if r >= 2 and r % 2 == 0 and r <= head_dim and r not in dims:
+            dims.append(r)
+    out = []
+    for r in dims:
+        for layout in (HALF, INTERLEAVED):
+            for permuted in (False, True):
+                if permuted and r != head_dim:
+                    continue
+                out.append(Structure(layout, permuted, r))
+    return out
+
+
+def undo_reference_rotation(post, cos, sin):
+    """Pre-rotary vectors from the reference's post-rotary ones (HF rotate-half).
+
+    Parameters
+    ----------
+    post : torch.Tensor [shape=(B, H, T, head_dim)]
+    cos, sin : torch.Tensor [shape=(B, T, rotary_dim)]
+        As HF's rotary module returns them (``cat(freqs, freqs)``, times
+        ``attention_scaling``).
+
+    Returns
+    -------
+    pre : torch.Tensor float64, shape of ``post``
+    theta : torch.Tensor [shape=(T, rotary_dim // 2)] of batch row 0
+    scale : float (attention scaling)
+    """
+    import torch
+
+    post = post.to(torch.float64)
+    r = cos.shape[-1]
+    n = r // 2
+    c = cos[..., :n].to(torch.float64).unsqueeze(1)
+    s = sin[..., :n].to(torch.float64).unsqueeze(1)
+    mag2 = (c * c + s * s).clamp_min(1e-300)
+    pre = post.clone()
+    ya, yb = post[..., :n], post[..., n:r]
+    pre[..., :n] = (ya * c + yb * s) / mag2
+    pre[..., n:r] = (yb * c - ya * s) / mag2
+    theta = torch.atan2(s[0, 0], c[0, 0])
+    scale = float(mag2.sqrt().mean())
+    return pre, theta, scale
+
+
+def wrap(angle):
+    """Angles wrapped to ``(-pi, pi]``."""
+    import torch
+
+    return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
+
+
+def fit_frequencies(theta, positions) -> tuple[Any, Any]:
+    """Per-pair slope and intercept of unwrapped angles against positions.
+
+    Parameters
+    ----------
+    theta : torch.Tensor [shape=(T, n)] wrapped angles, rows in position order.
+    positions : torch.Tensor [shape=(T,)]
+
+    Returns
+    -------
+    inv_freq : torch.Tensor [shape=(n,)] radians per position (valid below pi).
+    phase : torch.Tensor [shape=(n,)] angle at position 0.
+    """
+    import torch
+
+    p = positions.to(torch.float64)
+    order = torch.argsort(p)
+    p = p[order]
+    th = theta[order].to(torch.float64)
+    steps = (p[1:] - p[:-1]).clamp_min(1)
+    d = wrap(th[1:] - th[:-1]) / steps[:, None]
+    unwrapped = torch.cat([th[:1], th[:1] + torch.cumsum(d * steps[:, None], 0)], 0)
+    pm = p - p.mean()
+    slope = (pm[:, None] * (unwrapped - unwrapped.mean(0))).sum(0) / (pm * pm).sum().clamp_min(1e-300)
+    phase = wrap(unwrapped.mean(0) - slope * p.mean())
+    return slope, phase
+
+
+def reference_inv_freq(site: RotarySite, base: float | None = None, scaled: bool = True):
+    """Recompute the reference rotary's inverse frequencies with another base or without scaling.
+
+    Uses transformers' own ``ROPE_INIT_FUNCTIONS`` / ``compute_default_rope_parameters``
+    on a copy of the HF rotary module's config, so every scaling type HF knows
+    (linear, dynamic, yarn, llama3, longrope) is reproduced exactly.
+
+    Returns
+    -------
+    torch.Tensor [shape=(rotary_dim // 2,), float64] or None when the module
+    has no HF config.
+    """
+    import copy
+
+    import torch
+
+    mod = site.module
+    cfg = getattr(mod, "config", None)
+    if cfg is None or not hasattr(type(mod), "compute_default_rope_parameters"):
+        return None
+    cfg = copy.deepcopy(cfg)
+    params = dict(getattr(cfg, "rope_parameters", None) or {})
+    if base is not None:
+        params["rope_theta"] = float(base)
+        if hasattr(cfg, "rope_theta"):
+            try:
+                cfg.rope_theta = float(base)
+            except Exception:  # noqa: BLE001 - a read-only property on some configs
+                pass
+    rope_type = params.get("rope_type", "default")
+    if not scaled:
+        params = {"rope_type": "default", "rope_theta": params.get("rope_theta"),
+                  **({"partial_rotary_factor": params["partial_rotary_factor"]}
+                     if "partial_rotary_factor" in params else {})}
+        rope_type = "default"
+    cfg.rope_parameters = params
+    try:
+        if rope_type == "default":
+            inv, _ = type(mod).compute_default_rope_parameters(cfg)
+        else:
+            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+            inv, _ = ROPE_INIT_FUNCTIONS[rope_type](cfg, torch.device("cpu"))
+    except Exception:  # noqa: BLE001 - config shapes HF cannot rebuild
+        return None
+    return inv.detach().to(torch.float64)
+
+
+def rope_parameters(site: RotarySite) -> dict[str, Any]:
+    """``rope_theta`` and ``rope_type`` (+ factor) of an HF rotary module's config, or {}."""
+    cfg = getattr(site.module, "config", None)
+    if cfg is None:
+        return {}
+    params = dict(getattr(cfg, "rope_parameters", None) or {})
+    theta = params.get("rope_theta", getattr(cfg, "rope_theta", None))
+    out: dict[str, Any] = {}
+    if theta is not None:
+        out["rope_theta"] = float(theta)
+    out["rope_type"] = params.get("rope_type", getattr(site.module, "rope_type", "default"))
+    if "factor" in params:
+        out["factor"] = params["factor"]
+    return out
+

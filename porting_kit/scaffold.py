@@ -1,0 +1,574 @@
+"""Generate the serving-framework files of a port (``porting-kit scaffold``).
+
+Targets and shapes (DESIGN.md, "Scaffolds"):
+
+* vLLM-Omni 0.30.0 — ``two-stage`` (AR code predictor + codec decoder,
+  ``async_chunk``), ``single-stage-ar`` (MOSS-TTS-Nano style generator pattern),
+  ``native-ar`` (VoxCPM2 style: base LM under vLLM + side computation). Files:
+  ``pipeline.py``, ``deploy/<model>.yaml``, ``tts_adapters/<model>.py``, the
+  model skeleton, L1-L4 tests, ``end2end.py``, a benchmark entry, and the
+  registration lines (pipeline registry, model registry, adapter import block).
+* SGLang-Omni 0.1.9 — ``config.py`` (``PipelineConfig`` subclass wired with
+  ``next`` / ``wait_for`` + ``merge_fn`` / ``stream_to`` / ``process``),
+  ``stages.py`` (factories + merge function) and a YAML of per-stage overrides.
+
+The decisions (what to generate, which values, why) are made here; the text is
+in the Jinja2 templates under ``templates/<target>/<shape>/``. Writes go through
+:func:`porting_kit.fsutil.atomic_write_text`; nothing existing is overwritten
+without ``force`` (then a ``.bak`` is kept); output paths cannot leave the
+target directory. A manifest ``.porting-kit/scaffold-<model>.json`` records
+what was generated, for ``porting-kit validate --static``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import keyword
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from porting_kit.errors import InputError
+from porting_kit.scaffold_facts import ModelFacts, read_model_facts
+
+FRAMEWORKS = ("vllm-omni", "sglang-omni")
+SHAPES = ("two-stage", "single-stage-ar", "native-ar")
+SHAPE_HELP = {
+    "two-stage": "AR code predictor + separate codec decoder, chunks streamed between stages "
+                 "(Qwen3-TTS style)",
+    "single-stage-ar": "upstream bundles AR + codec in one inference_stream() generator "
+                       "(MOSS-TTS-Nano style)",
+    "native-ar": "base LM is a standard AR LM under vLLM, audio is side computation "
+                 "(VoxCPM2 style)",
+}
+VLLM_OMNI_VERSION = "0.30.0"
+SGLANG_OMNI_VERSION = "0.1.9"
+MANIFEST_DIR = ".porting-kit"
+#: Shared files of a vLLM-Omni tree that ``--into`` adds registration lines to.
+REGISTRATION_FILES = ("vllm_omni/config/pipeline_registry.py", "vllm_omni/model_executor/models/registry.py",
+                      "vllm_omni/entrypoints/openai/tts_adapters/__init__.py", "benchmarks/tts/model_configs.yaml")
+#: Card the default ``gpu_memory_utilization`` is sized for (CI's smallest, L4).
+SIZING_CARD_GIB = 24.0
+
+
+@dataclass
+class ScaffoldOptions:
+    """What to scaffold. ``out`` and ``into`` are alternatives (exactly one).
+
+    Attributes
+    ----------
+    framework : str
+        ``vllm-omni`` or ``sglang-omni``.
+    shape : str
+        ``two-stage``, ``single-stage-ar`` or ``native-ar``.
+    model_type : str
+        A Python identifier; module, registry key, stage name.
+    config : str or Path
+        The model's HF ``config.json``.
+    out : str or Path or None
+        Write a fresh tree (same layout as the framework's source) here.
+    into : str or Path or None
+        Write into an existing framework checkout and insert registration lines.
+    arch : str or None
+        Architecture name (default: the config's ``architectures[0]``).
+    force : bool
+        Replace differing existing files (a ``.bak`` copy is kept).
+    hf_id : str or None
+        Hub id used in tests / examples / benchmark entry (default: the config's
+        ``_name_or_path`` or ``your-org/<model_type>``).
+    max_num_seqs : int or None
+        Concurrency of the AR stage (default 4; below 4 needs ``serial_reason``).
+    serial_reason : str or None
+        Why upstream forces ``max_num_seqs: 1`` (process-wide state other than RNG);
+        written into the deploy YAML and the model.
+    """
+
+    framework: str
+    shape: str
+    model_type: str
+    config: str | Path
+    out: str | Path | None = None
+    into: str | Path | None = None
+    arch: str | None = None
+    force: bool = False
+    hf_id: str | None = None
+    max_num_seqs: int | None = None
+    serial_reason: str | None = None
+
+
+@dataclass
+class PlannedFile:
+    """One file of a scaffold: path relative to the root and its text."""
+
+    path: str
+    text: str
+    kind: str  # "model", "pipeline", "deploy", "adapter", "test", "example", "config", ...
+
+
+@dataclass
+class ScaffoldResult:
+    """What :func:`scaffold` did. Paths are relative to ``root``."""
+
+    root: str
+    framework: str
+    shape: str
+    model_type: str
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    backed_up: list[str] = field(default_factory=list)
+    registrations: list[str] = field(default_factory=list)
+    manifest: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def camel_case(model_type: str) -> str:
+    """``my_tts`` -> ``MyTts``."""
+    return "".join(part[:1].upper() + part[1:] for part in model_type.split("_") if part) or "Model"
+
+
+def check_model_type(name: str) -> str:
+    """Return ``name`` if it is a usable Python identifier, else raise InputError."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
+        raise InputError(f"model type {name!r} is not a Python identifier (use e.g. my_tts: letters, "
+                         "digits, underscores, not starting with a digit)")
+    return name
+
+
+def templates_root() -> Path:
+    """The ``templates/`` folder (packaged copy first, then the source checkout's)."""
+    here = Path(__file__).resolve().parent
+    for cand in (here / "templates", here.parent / "templates"):
+        if cand.is_dir():
+            return cand
+    raise InputError("porting-kit templates/ folder not found (reinstall porting-kit)")
+
+
+def _env():
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_root())),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                              autoescape=False)
+
+
+def size_gpu_memory(param_count: int | None, card_gib: float = SIZING_CARD_GIB) -> tuple[float, str]:
+    """``gpu_memory_utilization`` from the parameter count, with the reasoning.
+
+    Weights in bf16 take ``2 * params`` bytes; the same again is reserved for KV
+    cache and activations (at least 1 GiB). The sum over ``card_gib`` rounded up
+    to 0.05, within [0.1, 0.9].
+    """
+    if not param_count:
+        return 0.3, f"parameter count unknown (config.json lacks hidden_size / num_hidden_layers): 0.3 of a {card_gib:g} GiB card"
+    weights = 2 * param_count / 2**30
+    need = weights + max(weights, 1.0)
+    util = min(0.9, max(0.1, math.ceil(need / card_gib * 20) / 20))
+    return util, (f"~{param_count / 1e6:.0f}M params: {weights:.2f} GiB bf16 weights + "
+                  f"{max(weights, 1.0):.2f} GiB KV/activations on a {card_gib:g} GiB card")
+
+
+def _fact_lines(facts: ModelFacts) -> list[str]:
+    out = []
+    for name in ("sample_rate", "hop_length", "num_codebooks", "vocab_size", "stop_token_ids",
+                 "rope_theta", "rope_scaling", "max_position_embeddings"):
+        f = getattr(facts, name)
+        out.append(f"{name} = {f.value!r} ({f.source})" if f else f"{name}: not in config.json")
+    return out
+
+
+@dataclass
+class _Context:
+    """Template variables, computed once from options + facts."""
+
+    values: dict
+
+
+def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
+    from porting_kit import __version__
+
+    m = opts.model_type
+    camel = camel_case(m)
+    arch = opts.arch or facts.architecture or f"{camel}ForConditionalGeneration"
+    if not arch.isidentifier():
+        raise InputError(f"architecture name {arch!r} is not a Python identifier (pass --arch)")
+    vocab = int(facts.value("vocab_size", 32000))
+    stop_ids = facts.value("stop_token_ids") or [2]
+    if max(stop_ids) >= vocab:
+        vocab = max(stop_ids) + 2
+    eos = stop_ids[0]
+    max_model_len = int(min(facts.value("max_position_embeddings", 4096), 32768))
+    max_num_seqs = opts.max_num_seqs
+    if opts.serial_reason:
+        max_num_seqs = 1
+    elif max_num_seqs is None:
+        max_num_seqs = 4
+    elif max_num_seqs < 4:
+        raise InputError(f"--max-num-seqs {max_num_seqs} is below 4: give the reason with --serial-reason "
+                         "(upstream process-wide state), or use 4 or more")
+    util, util_why = size_gpu_memory(facts.param_count)
+    hf_id = opts.hf_id or facts.name_or_path or f"your-org/{m}"
+    if opts.serial_reason:
+        seqs_why = f"max_num_seqs 1: {opts.serial_reason.strip()} Generation must stay serial."
+    else:
+        seqs_why = ("max_num_seqs: at least 4 concurrent requests; fewer leaves audio gaps "
+                    "when the batch window rotates under load.")
+    mml_src = facts.max_position_embeddings.source if facts.max_position_embeddings else "default 4096"
+    stage0 = [("max_num_seqs", max_num_seqs, seqs_why),
+              ("gpu_memory_utilization", util, f"gpu_memory_utilization: {util_why}.")]
+    if opts.shape == "single-stage-ar":
+        stage0.append(("enforce_eager", "true", "enforce_eager: the generator pattern steps upstream "
+                       "Python code per request; there is no CUDA graph to capture."))
+    elif opts.shape == "native-ar":
+        stage0.append(("enforce_eager", "true", "enforce_eager: the side computation runs outside "
+                       "vLLM's graph capture until it is captured separately."))
+    stage0 += [
+        ("max_model_len", max_model_len, f"max_model_len: from {mml_src}."),
+        ("devices", '"0"', "devices: one GPU."),
+    ]
+    stage1 = [
+        ("max_num_seqs", max(max_num_seqs, 4), "max_num_seqs: the codec decodes the chunks of every "
+         "live stage-0 request; keep it at least stage 0's."),
+        ("gpu_memory_utilization", 0.1, "gpu_memory_utilization: the codec decoder is small next to the LM."),
+        ("enforce_eager", "true", "enforce_eager: the codec skeleton has no CUDA graph path yet."),
+        ("devices", '"0"', "devices: colocated with stage 0 on one GPU."),
+    ]
+    stop_src = facts.stop_token_ids.source if facts.stop_token_ids else "not in config.json: set it"
+    values = dict(
+        kit_version=__version__, shape=opts.shape, model_type=m, camel=camel, arch=arch,
+        const_name=f"{m.upper()}_PIPELINE", facts=facts, fact_lines=_fact_lines(facts),
+        sample_rate=int(facts.value("sample_rate", 24000)), hop_length=int(facts.value("hop_length", 480)),
+        num_codebooks=int(facts.value("num_codebooks", 8)), vocab_size=vocab, eos_id=eos,
+        continue_id=0 if eos != 0 else 1, stop_token_ids=list(stop_ids), stop_source=stop_src,
+        rope_theta=float(facts.value("rope_theta", 10000.0)), max_model_len=max_model_len,
+        serial_reason=(opts.serial_reason or "").strip(), hf_id=hf_id, max_num_seqs=max_num_seqs,
+        stage0=m, stage1=f"{m}_code2wav", codec_arch=f"{camel}Code2Wav", codec_class=f"{camel}Code2Wav",
+        model_class=(f"{camel}ForGeneration" if opts.shape == "single-stage-ar"
+                     else f"{camel}TalkerForConditionalGeneration"),
+        adapter_class=f"{camel}TTSAdapter", stage0_knobs=stage0, stage1_knobs=stage1,
+        stage_ids=[0, 1] if opts.shape == "two-stage" else [0],
+        sglang_version=SGLANG_OMNI_VERSION, sglang_package=f"sglang_omni.models.{m}",
+        engine_fraction=min(0.8, util + 0.1), param_note=util_why,
+    )
+    return _Context(values)
+
+
+def plan_files(opts: ScaffoldOptions, facts: ModelFacts) -> tuple[list[PlannedFile], dict]:
+    """The files of the scaffold (relative paths + rendered text) and the context.
+
+    Raises
+    ------
+    InputError
+        Unknown framework / shape, or values that cannot make a valid scaffold.
+    """
+    if opts.framework not in FRAMEWORKS:
+        raise InputError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {opts.framework!r}")
+    if opts.shape not in SHAPES:
+        raise InputError(f"--shape must be one of {', '.join(SHAPES)}, got {opts.shape!r}")
+    check_model_type(opts.model_type)
+    ctx = _context(opts, facts).values
+    env = _env()
+    m = opts.model_type
+
+    def render(name: str) -> str:
+        return env.get_template(name).render(**ctx)
+
+    files: list[PlannedFile] = []
+    if opts.framework == "sglang-omni":
+        pkg = f"sglang_omni/models/{m}"
+        files += [
+            PlannedFile(f"{pkg}/__init__.py", f'"""{ctx["camel"]} on SGLang-Omni (porting-kit scaffold)."""\n', "init"),
+            PlannedFile(f"{pkg}/config.py", render("sglang_omni/config.py.j2"), "config"),
+            PlannedFile(f"{pkg}/stages.py", render("sglang_omni/stages.py.j2"), "stages"),
+            PlannedFile(f"configs/{m}.yaml", render("sglang_omni/overrides.yaml.j2"), "overrides"),
+        ]
+        return files, ctx
+
+    shape_dir = f"vllm_omni/{opts.shape}"
+    models = f"vllm_omni/model_executor/models/{m}"
+    files += [
+        PlannedFile(f"{models}/__init__.py", render("vllm_omni/common/init.py.j2"), "init"),
+        PlannedFile(f"{models}/pipeline.py", render(f"{shape_dir}/pipeline.py.j2"), "pipeline"),
+        PlannedFile(f"{models}/modeling_{m}.py", render(f"{shape_dir}/modeling.py.j2"), "model"),
+        PlannedFile(f"vllm_omni/deploy/{m}.yaml", render(f"{shape_dir}/deploy.yaml.j2"), "deploy"),
+        PlannedFile(f"vllm_omni/entrypoints/openai/tts_adapters/{m}.py",
+                    render("vllm_omni/common/adapter.py.j2"), "adapter"),
+        PlannedFile(f"tests/model_executor/models/{m}/test_{m}_config.py",
+                    render("vllm_omni/common/test_l1.py.j2"), "test"),
+        PlannedFile(f"tests/e2e/online_serving/test_{m}.py", render("vllm_omni/common/test_online.py.j2"), "test"),
+        PlannedFile(f"tests/e2e/online_serving/test_{m}_expansion.py",
+                    render("vllm_omni/common/test_expansion.py.j2"), "test"),
+        PlannedFile(f"examples/offline_inference/text_to_speech/{m}/end2end.py",
+                    render("vllm_omni/common/end2end.py.j2"), "example"),
+    ]
+    if opts.shape == "two-stage":
+        files += [
+            PlannedFile(f"{models}/{m}_code2wav.py", render(f"{shape_dir}/code2wav.py.j2"), "model"),
+            PlannedFile(f"vllm_omni/model_executor/stage_input_processors/{m}.py",
+                        render(f"{shape_dir}/stage_input_processors.py.j2"), "processor"),
+        ]
+    return files, ctx
+
+
+def registration_entries(ctx: dict) -> list[tuple[str, str, str, str]]:
+    """Model-registry rows ``(arch, folder, module, class)`` for the shape."""
+    m = ctx["model_type"]
+    rows = [(ctx["arch"], m, f"modeling_{m}", ctx["model_class"])]
+    if ctx["shape"] == "two-stage":
+        rows.append((ctx["codec_arch"], m, f"{m}_code2wav", ctx["codec_class"]))
+    return rows
+
+
+def _registration_doc(ctx: dict) -> str:
+    m, const = ctx["model_type"], ctx["const_name"]
+    rows = "".join(f'    "{a}": ("{f}", "{mod}", "{c}"),\n' for a, f, mod, c in registration_entries(ctx))
+    bench = _env().get_template("vllm_omni/common/benchmark_entry.yaml.j2").render(**ctx)
+    return (
+        f"# Registration lines for {m}\n\n"
+        "`porting-kit scaffold --into <vllm-omni checkout>` inserts these; with `--out` add them by hand.\n\n"
+        "## vllm_omni/config/pipeline_registry.py\n\n```python\n"
+        f"from vllm_omni.model_executor.models.{m}.pipeline import {const}\n"
+        f'# in OMNI_PIPELINES:\n    "{m}": {const},\n```\n\n'
+        "## vllm_omni/model_executor/models/registry.py (in `_OMNI_MODELS`)\n\n```python\n"
+        f"{rows}```\n\n"
+        "## vllm_omni/entrypoints/openai/tts_adapters/__init__.py (import block at the bottom)\n\n"
+        f"```python\n    {m},\n```\n\n"
+        f"## benchmarks/tts/model_configs.yaml (under `models:`)\n\n```yaml{bench}```\n"
+    )
+
+
+def _safe_target(root: Path, rel: str) -> Path:
+    target = (root / rel).resolve()
+    if not target.is_relative_to(root):
+        raise InputError(f"refusing to write {rel}: it resolves outside {root}")
+    return target
+
+
+def _registration_edits(root: Path, ctx: dict) -> list[tuple[str, str, str | None]]:
+    """``(relative path, new text, old text or None)`` for every registration file
+    that needs lines added (``--into``)."""
+    from porting_kit import scaffold_register as reg
+
+    m = ctx["model_type"]
+    edits = []
+    specs = [
+        ("vllm_omni/config/pipeline_registry.py",
+         lambda t, p: reg.add_pipeline_registration(t, m, ctx["const_name"], p)),
+        ("vllm_omni/model_executor/models/registry.py",
+         lambda t, p: reg.add_model_registration(t, registration_entries(ctx), p)),
+        ("vllm_omni/entrypoints/openai/tts_adapters/__init__.py",
+         lambda t, p: reg.add_adapter_import(t, m, p)),
+    ]
+    for rel, fn in specs:
+        path = _safe_target(root, rel)
+        if not path.is_file():
+            raise InputError(f"{path} not found: --into needs a vLLM-Omni source tree")
+        old = path.read_text(encoding="utf-8")
+        new = fn(old, rel)
+        if new != old:
+            if not reg.only_added(old, new):  # never change an existing line
+                raise InputError(f"{rel}: registration would change existing lines; add it by hand")
+            edits.append((rel, new, old))
+    bench_rel = "benchmarks/tts/model_configs.yaml"
+    bench_path = _safe_target(root, bench_rel)
+    old = bench_path.read_text(encoding="utf-8") if bench_path.is_file() else None
+    entry = _env().get_template("vllm_omni/common/benchmark_entry.yaml.j2").render(**ctx)
+    new = reg.add_benchmark_entry(old, ctx["hf_id"], entry)
+    if new != old:
+        edits.append((bench_rel, new, old))
+    return edits
+
+
+def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
+    """Generate the scaffold described by ``opts``.
+
+    Returns
+    -------
+    ScaffoldResult
+        Files written, unchanged (identical content already there), backed up,
+        registration files edited, the manifest path.
+
+    Raises
+    ------
+    InputError
+        Bad model type / framework / shape, missing or unreadable config,
+        ``out`` and ``into`` both or neither given, ``into`` not a framework
+        tree, existing differing files without ``force``, a path escaping the
+        target directory.
+    """
+    from porting_kit.fsutil import atomic_write_text
+
+    check_model_type(opts.model_type)
+    if (opts.out is None) == (opts.into is None):
+        raise InputError("give exactly one of --out DIR (fresh tree) or --into PATH (existing checkout)")
+    facts = read_model_facts(opts.config)
+    files, ctx = plan_files(opts, facts)
+    into = opts.into is not None
+    root = Path(opts.into if into else opts.out).expanduser().resolve()
+    if into:
+        marker = ("vllm_omni/config/stage_config.py" if opts.framework == "vllm-omni"
+                  else "sglang_omni/config/schema.py")
+        if not (root / marker).is_file():
+            raise InputError(f"--into {root}: not a {opts.framework} source tree ({marker} missing)")
+    elif root.exists() and not root.is_dir():
+        raise InputError(f"--out {root} exists and is not a directory")
+
+    result = ScaffoldResult(root=str(root), framework=opts.framework, shape=opts.shape,
+                            model_type=opts.model_type)
+    if opts.framework == "vllm-omni" and not into:
+        files.append(PlannedFile("REGISTRATION.md", _registration_doc(ctx), "doc"))
+    edits = _registration_edits(root, ctx) if (into and opts.framework == "vllm-omni") else []
+
+    manifest_rel = f"{MANIFEST_DIR}/scaffold-{opts.model_type}.json"
+    manifest = {
+        "schema": "porting-kit/scaffold/1", "framework": opts.framework, "shape": opts.shape,
+        "model_type": opts.model_type, "arch": ctx["arch"], "kit_version": ctx["kit_version"],
+        "target_version": VLLM_OMNI_VERSION if opts.framework == "vllm-omni" else SGLANG_OMNI_VERSION,
+        "mode": "into" if into else "out", "stage_ids": ctx["stage_ids"], "entry_stage": ctx["stage0"],
+        "const_name": ctx["const_name"], "hf_id": ctx["hf_id"],
+        "files": {f.kind + ":" + f.path: f.path for f in files},
+        "registration_files": list(REGISTRATION_FILES) if (into and opts.framework == "vllm-omni") else [],
+        "facts": {name: (getattr(facts, name).value if getattr(facts, name) else None)
+                  for name in ("sample_rate", "hop_length", "num_codebooks", "vocab_size",
+                               "stop_token_ids", "rope_theta")},
+    }
+    files.append(PlannedFile(manifest_rel, json.dumps(manifest, indent=2) + "\n", "manifest"))
+
+    # Check everything before writing anything: no half-written scaffold on a conflict.
+    conflicts, todo = [], []
+    for f in files:
+        target = _safe_target(root, f.path)
+        if target.exists():
+            if target.is_dir():
+                raise InputError(f"{target} is a directory; cannot write a file there")
+            if target.read_text(encoding="utf-8", errors="replace") == f.text:
+                result.unchanged.append(f.path)
+                continue
+            if f.kind != "manifest":
+                conflicts.append(f.path)
+        todo.append((f, target))
+    if conflicts and not opts.force:
+        raise InputError(f"{len(conflicts)} file(s) already exist with other content, e.g. {conflicts[0]}; "
+                         "rerun with --force to replace them (a .bak copy of each is kept)")
+    for f, target in todo:
+        existed = target.exists() and f.kind != "manifest"
+        atomic_write_text(target, f.text, backup=existed)
+        if existed:
+            result.backed_up.append(f.path + ".bak")
+        if f.kind != "manifest":
+            result.written.append(f.path)
+    for rel, new, _old in edits:
+        atomic_write_text(_safe_target(root, rel), new)
+        result.registrations.append(rel)
+    result.manifest = manifest_rel
+    for name in ("sample_rate", "hop_length", "num_codebooks", "stop_token_ids"):
+        if getattr(facts, name) is None:
+            result.notes.append(f"{name} not found in {facts.config_path}: a placeholder was written; set it")
+    return result
+
+
+# -- command line ----------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="porting-kit scaffold", description=__doc__.split("\n\n")[0],
+                                exit_on_error=False)
+    p.add_argument("--framework", choices=FRAMEWORKS)
+    p.add_argument("--shape", choices=SHAPES)
+    p.add_argument("--model-type", dest="model_type")
+    p.add_argument("--config", help="the model's HF config.json")
+    p.add_argument("--out", help="write a fresh tree here")
+    p.add_argument("--into", help="write into an existing framework checkout, inserting registrations")
+    p.add_argument("--arch", help="architecture name (default: config architectures[0])")
+    p.add_argument("--hf-id", dest="hf_id", help="hub id for tests/examples (default: config _name_or_path)")
+    p.add_argument("--max-num-seqs", dest="max_num_seqs", type=int)
+    p.add_argument("--serial-reason", dest="serial_reason",
+                   help="why upstream process-wide state forces max_num_seqs: 1")
+    p.add_argument("--force", action="store_true", help="replace differing files, keeping .bak copies")
+    return p
+
+
+def _prompt_missing(ns: argparse.Namespace, interactive: bool) -> None:
+    """Ask for missing required flags in a terminal; usage error otherwise."""
+    missing = [n for n in ("framework", "shape", "model_type", "config") if not getattr(ns, n)]
+    if not ns.out and not ns.into:
+        missing.append("out")
+    if not missing:
+        return
+    if not interactive:
+        flags = ", ".join("--" + n.replace("_", "-") for n in missing)
+        raise InputError(f"missing {flags} (no prompts: stdin is not a terminal)")
+    from rich.console import Console
+    from rich.prompt import Prompt
+
+    console = Console(stderr=True)
+    if "framework" in missing:
+        ns.framework = Prompt.ask("target framework", choices=list(FRAMEWORKS), default="vllm-omni")
+    if "shape" in missing:
+        for name in SHAPES:
+            console.print(f"  [bold]{name}[/]: {SHAPE_HELP[name]}")
+        ns.shape = Prompt.ask("architecture shape", choices=list(SHAPES), default="two-stage")
+    if "model_type" in missing:
+        ns.model_type = Prompt.ask("model type (a Python identifier)")
+    if "config" in missing:
+        ns.config = Prompt.ask("path to the model's config.json")
+    if "out" in missing:
+        ns.out = Prompt.ask("output directory", default=f"scaffold_{ns.model_type}")
+
+
+def cli_main(argv: list[str]) -> int:
+    """``porting-kit scaffold ...``; returns the exit code (InputError -> 2 via the CLI)."""
+    parser = _parser()
+    try:
+        ns = parser.parse_args(argv)
+    except argparse.ArgumentError as exc:
+        raise InputError(f"scaffold: {exc}") from None
+    except SystemExit as exc:  # --help, or argparse's own error exit
+        if exc.code in (0, None):
+            return 0
+        raise InputError("scaffold: bad arguments (see porting-kit scaffold --help)") from None
+    _prompt_missing(ns, interactive=sys.stdin.isatty())
+    opts = ScaffoldOptions(**{k: v for k, v in vars(ns).items()})
+    result = scaffold(opts)
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"scaffold [bold]{result.framework}[/] / {result.shape} / {result.model_type} -> {result.root}")
+    for p in result.written:
+        console.print(f"  wrote {p}")
+    for p in result.unchanged:
+        console.print(f"  unchanged {p}", style="dim")
+    for p in result.registrations:
+        console.print(f"  registered in {p}")
+    for p in result.backed_up:
+        console.print(f"  backup {p}", style="yellow")
+    for n in result.notes:
+        console.print(f"  note: {n}", style="yellow")
+    console.print(f"next: porting-kit validate --static {result.root}")
+    return 0
+
+
+def result_dict(result: ScaffoldResult) -> dict:
+    """The result as plain JSON-able data (for notebooks)."""
+    return asdict(result)
+
+
+#: How the generated Python is linted: vLLM-Omni's line length (120), the
+#: frameworks' packages first-party, otherwise ruff's defaults (no project config).
+RUFF_ARGS = ("check", "--isolated", "--line-length", "120", "--output-format", "concise",
+             "--config", "lint.isort.known-first-party = ['vllm_omni', 'sglang_omni', 'tests']")
+
+
+def ruff_check(root: str | Path) -> tuple[int, str]:
+    """Run ruff over the Python files of a scaffold; ``(exit code, output)``.
+
+    Raises InputError when ruff is not installed.
+    """
+    import shutil
+    import subprocess
+
+    exe = shutil.which("ruff")
+    if exe is None:
+        raise InputError("ruff is not installed (pip install ruff)")
+    proc = subprocess.run([exe, *RUFF_ARGS, "."], cwd=str(root), capture_output=True, text=True)
+    return proc.returncode, (proc.stdout + proc.stderr).strip()

@@ -1,0 +1,556 @@
+"""Static validation of a scaffold (``porting-kit validate --static DIR``).
+
+Two layers, both reported as ``scaffold.*`` findings in one :class:`Report`
+(command ``validate``):
+
+1. **Strict checks of porting-kit's own**, with the allowed keys taken from the
+   framework's real dataclasses / pydantic models (or their stored field lists
+   when the framework is not importable). vLLM-Omni's own ``load_deploy_config``
+   is lenient — unknown stage keys land in ``engine_extras`` and topology keys
+   pass silently — so these checks are what catches them:
+
+   ==================================  =====================================================
+   code                                meaning
+   ==================================  =====================================================
+   ``scaffold.unknown_deploy_key``     a deploy/override key no schema field matches
+   ``scaffold.topology_key_in_deploy`` a topology key (execution_type, final_output, next,
+                                       wait_for ...) in the deploy / override YAML
+   ``scaffold.stage_id_mismatch``      deploy stage ids != pipeline stage ids
+   ``scaffold.adapter_missing_stage_keys``  adapter without ``stage_keys`` covering the
+                                       pipeline's entry ``model_stage``
+   ``scaffold.adapter_name_mismatch``  adapter ``name`` != model type
+   ``scaffold.adapter_unforwarded_value``  ``build()`` reads a value it never uses
+   ``scaffold.max_num_seqs_unexplained``   ``max_num_seqs`` < 4 without a comment (warn)
+   ``scaffold.async_chunk_mismatch``   ``async_chunk: true`` on a single-stage pipeline (warn)
+   ``scaffold.pipeline_wide_key_in_stage``  a pipeline-wide key (enable_prefix_caching,
+                                       dtype ...) set per stage (warn)
+   ``scaffold.processor_missing``      a stage-input processor path that names no function
+   ``scaffold.registration_missing``   (``--into`` trees) a registration line is absent
+   ``scaffold.test_marker_missing``    a generated test without CI tier + hardware marker
+   ``scaffold.unknown_stage_override`` (SGLang-Omni) override for a stage config.py lacks
+   ``scaffold.unparsable``             a generated file that does not parse
+   ==================================  =====================================================
+
+2. **The real framework** when importable (see
+   :func:`porting_kit.adapters.vllm_omni.real_validate` and
+   :func:`porting_kit.adapters.sglang_omni.real_validate`).
+
+A ``scaffold.tier`` finding says which tier ran: ``pass`` for the real
+framework, ``skip`` (with the reason) when only the stored schema was used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from porting_kit.errors import InputError
+from porting_kit.findings import Finding, Report, Where
+
+MIN_MAX_NUM_SEQS = 4
+TIER_MARKERS = ("core_model", "advanced_model", "full_model")
+HARDWARE_MARKERS = ("cpu", "hardware_test", "hardware_marks", "gpu", "cuda")
+
+
+def _f(code: str, status: str, message: str, file: str | None = None, hint: str = "", **evidence) -> Finding:
+    return Finding("scaffold", code, status, message,
+                   {k: v for k, v in evidence.items() if v is not None}, Where(candidate=file), hint)
+
+
+# -- reading ---------------------------------------------------------------------------------
+def load_manifests(root: Path) -> list[dict[str, Any]]:
+    """The ``.porting-kit/scaffold-*.json`` manifests under ``root``."""
+    from porting_kit.scaffold import MANIFEST_DIR
+
+    if not root.is_dir():
+        raise InputError(f"{root} is not a directory (pass the folder given to scaffold --out/--into)")
+    paths = sorted((root / MANIFEST_DIR).glob("scaffold-*.json"))
+    if not paths:
+        raise InputError(f"{root} has no {MANIFEST_DIR}/scaffold-*.json: not a porting-kit scaffold "
+                         "(generate one with porting-kit scaffold)")
+    out = []
+    for p in paths:
+        try:
+            out.append(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"cannot read manifest {p}: {exc}") from None
+    return out
+
+
+def _yaml_with_lines(path: Path):
+    """Round-trip load (keeps line numbers and comments) or raise ValueError."""
+    from ruamel.yaml import YAML
+
+    try:
+        return YAML(typ="rt").load(path.read_text(encoding="utf-8"))
+    except Exception as exc:  # noqa: BLE001 - ruamel raises many types
+        raise ValueError(str(exc).splitlines()[0]) from None
+
+
+def _line(mapping, key) -> int | None:
+    try:
+        return mapping.lc.key(key)[0] + 1
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _kw_const(call: ast.Call, name: str):
+    """The literal value of keyword ``name``; ``...`` when present but not a literal
+    (an f-string path, a name); ``None`` when absent."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            try:
+                return ast.literal_eval(kw.value)
+            except ValueError:
+                return ...
+    return None
+
+
+def _calls(tree: ast.AST, func_name: str) -> list[ast.Call]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name == func_name:
+                out.append(node)
+    return out
+
+
+def _parse_py(root: Path, rel: str, findings: list[Finding]) -> ast.Module | None:
+    try:
+        return ast.parse((root / rel).read_text(encoding="utf-8"), filename=rel)
+    except FileNotFoundError:
+        findings.append(_f("scaffold.unparsable", "fail", f"{rel} is missing", rel))
+    except SyntaxError as exc:
+        findings.append(_f("scaffold.unparsable", "fail", f"{rel}:{exc.lineno}: does not parse ({exc.msg})", rel,
+                           line=exc.lineno))
+    return None
+
+
+# -- vLLM-Omni strict checks -----------------------------------------------------------------
+def pipeline_stages(tree: ast.Module) -> list[dict[str, Any]]:
+    """``[{stage_id, model_stage, input_sources, ...}]`` read from ``StagePipelineConfig(...)`` calls."""
+    out = []
+    for call in _calls(tree, "StagePipelineConfig"):
+        out.append({kw.arg: _kw_const(call, kw.arg) for kw in call.keywords if kw.arg})
+    return out
+
+
+def check_deploy_yaml(root: Path, rel: str, schema: dict[str, Any], pipeline_ids: list[int] | None,
+                      single_stage: bool) -> list[Finding]:
+    """Strict checks of a vLLM-Omni deploy YAML against the schema's field lists."""
+    out: list[Finding] = []
+    try:
+        doc = _yaml_with_lines(root / rel)
+    except FileNotFoundError:
+        return [_f("scaffold.unparsable", "fail", f"{rel} is missing", rel)]
+    except ValueError as exc:
+        return [_f("scaffold.unparsable", "fail", f"{rel} is not valid YAML: {exc}", rel)]
+    if not isinstance(doc, dict):
+        return [_f("scaffold.unparsable", "fail", f"{rel} must be a mapping with a stages: list", rel)]
+    version = schema.get("version", "?")
+    stage_deploy = set(schema["stage_deploy_fields"]) | set(schema["stage_reserved_keys"])
+    stage_topology = set(schema["stage_pipeline_fields"]) - stage_deploy
+    top_allowed = set(schema["deploy_fields"]) | set(schema.get("deploy_top_level_extra", []))
+    top_topology = (set(schema["pipeline_fields"]) - top_allowed) | {"stage_args"}
+    pipeline_wide = set(schema.get("pipeline_wide_engine_fields", [])) - stage_deploy
+
+    for key in doc:
+        where = f"{rel}:{_line(doc, key)}"
+        if key in top_topology:
+            out.append(_f("scaffold.topology_key_in_deploy", "fail",
+                          f"{where}: '{key}' is pipeline topology; it belongs in pipeline.py, not the deploy YAML",
+                          rel, "Move it to the PipelineConfig in pipeline.py.", key=key, line=_line(doc, key)))
+        elif key not in top_allowed:
+            out.append(_f("scaffold.unknown_deploy_key", "fail",
+                          f"{where}: '{key}' is not a DeployConfig field of vLLM-Omni {version}",
+                          rel, "Check the spelling against vllm_omni/config/stage_config.py DeployConfig.",
+                          key=key, line=_line(doc, key)))
+    stages = doc.get("stages") or []
+    if not isinstance(stages, list):
+        return out + [_f("scaffold.unparsable", "fail", f"{rel}: stages must be a list", rel)]
+    deploy_ids = []
+    for stage in stages:
+        if not isinstance(stage, dict) or "stage_id" not in stage:
+            out.append(_f("scaffold.unparsable", "fail", f"{rel}: every stage needs a stage_id", rel))
+            continue
+        deploy_ids.append(stage["stage_id"])
+        keys = list(stage)
+        engine_args = stage.get("engine_args")
+        if isinstance(engine_args, dict):
+            keys += list(engine_args)
+        for key in keys:
+            line = _line(stage, key) or (_line(engine_args, key) if isinstance(engine_args, dict) else None)
+            where = f"{rel}:{line}"
+            if key in stage_topology:
+                out.append(_f("scaffold.topology_key_in_deploy", "fail",
+                              f"{where}: stage {stage['stage_id']} sets '{key}', a StagePipelineConfig (topology) "
+                              "field; the loader would silently ignore it", rel,
+                              "Set it on the StagePipelineConfig in pipeline.py and remove it here.",
+                              key=key, stage_id=stage["stage_id"], line=line))
+            elif key in pipeline_wide:
+                out.append(_f("scaffold.pipeline_wide_key_in_stage", "warn",
+                              f"{where}: stage {stage['stage_id']} sets '{key}', a pipeline-wide DeployConfig field; "
+                              "it only reaches the stage through engine_extras", rel,
+                              "Declare it once at the top level of the deploy YAML.",
+                              key=key, stage_id=stage["stage_id"], line=line))
+            elif key not in stage_deploy:
+                out.append(_f("scaffold.unknown_deploy_key", "fail",
+                              f"{where}: stage {stage['stage_id']} key '{key}' is not a StageDeployConfig field of "
+                              f"vLLM-Omni {version} (the loader would bury it in engine_extras)", rel,
+                              "Fix the spelling, or put a genuine pass-through engine arg under engine_extras:.",
+                              key=key, stage_id=stage["stage_id"], line=line))
+        seqs = stage.get("max_num_seqs")
+        if isinstance(seqs, int) and seqs < MIN_MAX_NUM_SEQS:
+            line = _line(stage, "max_num_seqs")
+            text = (root / rel).read_text(encoding="utf-8").splitlines()
+            window = " ".join(text[max(0, (line or 1) - 4): line or 1])
+            if "#" not in window:
+                out.append(_f("scaffold.max_num_seqs_unexplained", "warn",
+                              f"{rel}:{line}: max_num_seqs {seqs} < {MIN_MAX_NUM_SEQS} without a comment giving "
+                              "the reason", rel, "Say why (e.g. upstream process-wide state) or use >= 4.",
+                              line=line))
+    if single_stage and doc.get("async_chunk", True) is True:
+        out.append(_f("scaffold.async_chunk_mismatch", "warn",
+                      f"{rel}: async_chunk is on (explicitly or by default) for a single-stage pipeline; "
+                      "merge_pipeline_deploy turns it off", rel, "Write async_chunk: false."))
+    if pipeline_ids is not None and sorted(deploy_ids) != sorted(pipeline_ids):
+        out.append(_f("scaffold.stage_id_mismatch", "fail",
+                      f"{rel}: deploy stage ids {sorted(deploy_ids)} != pipeline stage ids {sorted(pipeline_ids)}",
+                      rel, "Give each pipeline stage exactly one deploy entry with the same stage_id.",
+                      deploy_ids=",".join(map(str, sorted(deploy_ids))),
+                      pipeline_ids=",".join(map(str, sorted(pipeline_ids)))))
+    return out
+
+
+def check_adapter(root: Path, rel: str, model_type: str, entry_stage: str | None) -> list[Finding]:
+    """Adapter contract: registered class with ``name``, ``stage_keys`` (covering the
+    entry stage), ``validate`` and async ``build`` that forwards what it reads."""
+    out: list[Finding] = []
+    tree = _parse_py(root, rel, out)
+    if tree is None:
+        return out
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)
+               and any("register_tts_adapter" in ast.unparse(d) for d in n.decorator_list)]
+    if not classes:
+        return [_f("scaffold.adapter_missing_stage_keys", "fail", f"{rel}: no @register_tts_adapter class", rel)]
+    cls = classes[0]
+    attrs: dict[str, Any] = {}
+    for node in cls.body:
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    attrs[t.id] = node.value
+    keys_node = attrs.get("stage_keys")
+    stage_keys: set[str] = set()
+    if keys_node is not None:
+        stage_keys = {c.value for c in ast.walk(keys_node) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    if not stage_keys or (entry_stage and entry_stage not in stage_keys):
+        what = "declares no stage_keys" if not stage_keys else f"stage_keys {sorted(stage_keys)} lack {entry_stage!r}"
+        out.append(_f("scaffold.adapter_missing_stage_keys", "fail",
+                      f"{rel}:{cls.lineno}: {cls.name} {what}: /v1/audio/speech cannot find the model's stage",
+                      rel, f"Add stage_keys = frozenset({{{entry_stage!r}}}).", line=cls.lineno))
+    name_node = attrs.get("name")
+    name = name_node.value if isinstance(name_node, ast.Constant) else None
+    if name != model_type:
+        out.append(_f("scaffold.adapter_name_mismatch", "fail",
+                      f"{rel}:{cls.lineno}: adapter name {name!r} != model type {model_type!r}", rel, line=cls.lineno))
+    build = next((n for n in cls.body if isinstance(n, ast.AsyncFunctionDef) and n.name == "build"), None)
+    if build is None:
+        out.append(_f("scaffold.adapter_build_failed", "fail", f"{rel}: {cls.name} has no async build()", rel))
+        return out
+    assigned = {t.id: t.lineno for n in ast.walk(build) if isinstance(n, ast.Assign)
+                for t in n.targets if isinstance(t, ast.Name)}
+    used = {n.id for n in ast.walk(build) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    for var, line in assigned.items():
+        if var not in used:
+            out.append(_f("scaffold.adapter_unforwarded_value", "fail",
+                          f"{rel}:{line}: build() extracts '{var}' and never forwards it", rel,
+                          "Forward it into additional_information or drop the extraction.", line=line))
+    return out
+
+
+def check_processors(root: Path, manifest: dict[str, Any], tree: ast.Module) -> list[Finding]:
+    """Every ``vllm_omni.model_executor.stage_input_processors.<m>.<func>`` named in pipeline.py exists."""
+    m = manifest["model_type"]
+    prefix = f"vllm_omni.model_executor.stage_input_processors.{m}"
+    rel = f"vllm_omni/model_executor/stage_input_processors/{m}.py"
+    text = ast.unparse(tree)
+    import re
+
+    names = set(re.findall(rf"{re.escape(prefix)}\.(\w+)", text))
+    names |= set(re.findall(r"\{_PROC\}\.(\w+)", text))
+    if not names:
+        return []
+    out: list[Finding] = []
+    proc_tree = _parse_py(root, rel, out)
+    if proc_tree is None:
+        return out
+    defined = {n.name for n in proc_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for name in sorted(names - defined):
+        out.append(_f("scaffold.processor_missing", "fail",
+                      f"pipeline.py names {prefix}.{name}, which {rel} does not define", rel, key=name))
+    return out
+
+
+def check_registrations(root: Path, manifest: dict[str, Any]) -> list[Finding]:
+    """(``--into`` trees) the pipeline registry, model registry and adapter import block name the model."""
+    m, const, arch = manifest["model_type"], manifest["const_name"], manifest["arch"]
+    checks = [
+        ("vllm_omni/config/pipeline_registry.py", [f'"{m}": {const}', f"models.{m}.pipeline import {const}"]),
+        ("vllm_omni/model_executor/models/registry.py", [f'"{arch}": (']),
+        ("vllm_omni/entrypoints/openai/tts_adapters/__init__.py", [f"    {m},"]),
+    ]
+    out = []
+    for rel, needles in checks:
+        path = root / rel
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        for needle in needles:
+            if needle not in text:
+                out.append(_f("scaffold.registration_missing", "fail", f"{rel} lacks `{needle.strip()}`", rel,
+                              "Rerun porting-kit scaffold --into to insert it.", needle=needle.strip()))
+    return out
+
+
+def check_test_markers(root: Path, rel: str) -> list[Finding]:
+    """Each test function (or the module's ``pytestmark``) has a CI tier and a hardware marker."""
+    out: list[Finding] = []
+    tree = _parse_py(root, rel, out)
+    if tree is None:
+        return out
+    module_marks = " ".join(ast.unparse(n) for n in tree.body
+                            if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets))
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_"):
+            marks = module_marks + " ".join(ast.unparse(d) for d in fn.decorator_list)
+            tier = any(t in marks for t in TIER_MARKERS)
+            hw = any(h in marks for h in HARDWARE_MARKERS)
+            if not (tier and hw):
+                missing = " and ".join(x for x, ok in (("CI tier", tier), ("hardware", hw)) if not ok)
+                out.append(_f("scaffold.test_marker_missing", "fail",
+                              f"{rel}:{fn.lineno}: {fn.name} has no {missing} marker", rel, line=fn.lineno))
+    return out
+
+
+def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool = True) -> list[Finding]:
+    """Strict checks + (when importable) the real vLLM-Omni loading path."""
+    from porting_kit.adapters import vllm_omni as vo
+
+    files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items() if k.split(":", 1)[0] != "test"}
+    tests = [v for k, v in manifest["files"].items() if k.startswith("test:")]
+    real, why = vo.real_available() if prefer_real else (False, "real tier not requested")
+    schema = vo.schema_from_package() if real else vo.stored_schema()
+    out: list[Finding] = []
+    tree = _parse_py(root, files["pipeline"], out)
+    stages = pipeline_stages(tree) if tree is not None else []
+    ids = [s.get("stage_id") for s in stages] if stages else None
+    entry = next((s.get("model_stage") for s in stages if not s.get("input_sources")), manifest.get("entry_stage"))
+    out += check_deploy_yaml(root, files["deploy"], schema, ids, single_stage=len(stages) <= 1)
+    out += check_adapter(root, files["adapter"], manifest["model_type"], entry)
+    if tree is not None:
+        out += check_processors(root, manifest, tree)
+    for rel in tests:
+        out += check_test_markers(root, rel)
+    for rel in [v for k, v in manifest["files"].items() if v.endswith(".py")]:
+        if rel not in (files["pipeline"], files["adapter"]) and rel not in tests:
+            _parse_py(root, rel, out)
+    if manifest.get("mode") == "into":
+        out += check_registrations(root, manifest)
+    strict_failed = any(f.status == "fail" for f in out)
+    if real:
+        out.insert(0, _f("scaffold.tier", "pass", f"tier: real vLLM-Omni {why} (PipelineConfig, load_deploy_config, "
+                         "merge_pipeline_deploy, registries, adapter validate/build) + strict field checks from "
+                         "dataclasses.fields", tier="real", version=why))
+        if not strict_failed:
+            out += vo.real_validate(root, manifest)
+    else:
+        out.insert(0, _f("scaffold.tier", "skip", f"tier: stored schema vllm-omni {schema.get('version')} "
+                         f"({vo.SCHEMA_FILE.name}); the real framework did not run: {why}",
+                         tier="stored", version=schema.get("version"), reason=why))
+    return out
+
+
+# -- SGLang-Omni -----------------------------------------------------------------------------
+def _sglang_graph_checks(tree: ast.Module, rel: str) -> list[Finding]:
+    """Stored-tier version of SGLang-Omni's validate_general (from config.py's AST)."""
+    stages = []
+    for fn in ("StageConfig", "EngineStageConfig"):
+        for call in _calls(tree, fn):
+            stages.append({kw.arg: _kw_const(call, kw.arg) for kw in call.keywords if kw.arg})
+    names = [s.get("name") for s in stages]
+    out = []
+
+    def bad(msg):
+        out.append(_f("scaffold.sglang_invalid", "fail", f"{rel}: {msg}", rel))
+
+    if len(set(names)) != len(names):
+        bad("stage names must be unique")
+    for s in stages:
+        n = s.get("name")
+        if (s.get("next") is not None) == bool(s.get("terminal")):
+            bad(f"stage {n!r} must set exactly one of next / terminal")
+        if s.get("wait_for") and not s.get("merge_fn"):
+            bad(f"stage {n!r} has wait_for but no merge_fn")
+        refs = []
+        for key in ("next", "wait_for", "stream_to"):
+            value = s.get(key)
+            refs += [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
+        for t in refs:
+            if t not in names:
+                bad(f"stage {n!r} references unknown stage {t!r}")
+        if not s.get("process") and int(s.get("tp_size") or 1) == 1:
+            bad(f"stage {n!r} (not TP) must declare process")
+    return out
+
+
+def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool = True) -> list[Finding]:
+    """Strict override checks + (when importable) SGLang-Omni's own validation and process plan."""
+    import yaml
+
+    from porting_kit.adapters import sglang_omni as so
+
+    files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items()}
+    real, why = so.real_available() if prefer_real else (False, "real tier not requested")
+    schema = so.schema_from_package() if real else so.stored_schema()
+    out: list[Finding] = []
+    tree = _parse_py(root, files["config"], out)
+    _parse_py(root, files["stages"], out)
+    stage_names = []
+    if tree is not None:
+        stage_names = [_kw_const(c, "name") for fn in ("StageConfig", "EngineStageConfig") for c in _calls(tree, fn)]
+    yaml_rel = files["overrides"]
+    try:
+        overrides = _yaml_with_lines(root / yaml_rel)
+    except (FileNotFoundError, ValueError) as exc:
+        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel}: {exc}", yaml_rel)]
+    if not isinstance(overrides, dict):
+        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel} must be a mapping", yaml_rel)]
+    allowed_stage = set(schema["stage_fields"]) - set(schema["topology_fields"])
+    nested = {"engine": set(schema["engine_fields"]), "factory": set(schema["factory_fields"])}
+    for key in overrides:
+        if key not in set(schema["pipeline_fields"]) | {"config_cls", "stages", "shared"}:
+            out.append(_f("scaffold.unknown_deploy_key", "fail", f"{yaml_rel}:{_line(overrides, key)}: '{key}' is "
+                          f"not a PipelineConfig field of SGLang-Omni {schema['version']}", yaml_rel, key=key))
+    for stage, body in (overrides.get("stages") or {}).items():
+        line = _line(overrides["stages"], stage)
+        if stage_names and stage not in stage_names:
+            out.append(_f("scaffold.unknown_stage_override", "fail",
+                          f"{yaml_rel}:{line}: stage '{stage}' is not defined in config.py (stages: "
+                          f"{', '.join(map(str, stage_names))}); the YAML may only override existing stages",
+                          yaml_rel, key=stage, line=line))
+        for key, value in (body or {}).items():
+            kline = _line(body, key)
+            if key in schema["topology_fields"]:
+                out.append(_f("scaffold.topology_key_in_deploy", "fail",
+                              f"{yaml_rel}:{kline}: stage '{stage}' overrides '{key}', which is topology owned by "
+                              "config.py", yaml_rel, "Wire stages in config.py; the YAML only sets placement.",
+                              key=key, line=kline))
+            elif key not in allowed_stage:
+                out.append(_f("scaffold.unknown_deploy_key", "fail",
+                              f"{yaml_rel}:{kline}: stage '{stage}' key '{key}' is not a StageConfig field of "
+                              f"SGLang-Omni {schema['version']}", yaml_rel, key=key, line=kline))
+            elif key in nested and isinstance(value, dict):
+                extra_ok = key == "engine"  # engine.* passes other ServerArgs keys through
+                for sub in value:
+                    if sub not in nested[key] and not extra_ok:
+                        out.append(_f("scaffold.unknown_deploy_key", "fail",
+                                      f"{yaml_rel}:{_line(value, sub)}: '{key}.{sub}' is not a "
+                                      f"{key.capitalize()}Args field", yaml_rel, key=f"{key}.{sub}"))
+    strict_failed = any(f.status == "fail" for f in out)
+    if real:
+        out.insert(0, _f("scaffold.tier", "pass", f"tier: real SGLang-Omni {why} (PipelineConfig validation, "
+                         "stages: overrides through its resolver, compile_logical_processes) + strict field checks",
+                         tier="real", version=why))
+        if not strict_failed:
+            plain = yaml.safe_load((root / yaml_rel).read_text(encoding="utf-8"))
+            out += [f for f in so.real_validate(root, manifest, plain) if f.code != "scaffold.ok"]
+    else:
+        out.insert(0, _f("scaffold.tier", "skip", f"tier: stored schema sglang-omni {schema.get('version')} "
+                         f"({so.SCHEMA_FILE.name}); the real framework did not run: {why}",
+                         tier="stored", version=schema.get("version"), reason=why))
+        if tree is not None:
+            out += _sglang_graph_checks(tree, files["config"])
+    return out
+
+
+# -- entry points ----------------------------------------------------------------------------
+def validate_static(root: str | Path, *, prefer_real: bool = True, model_type: str | None = None) -> Report:
+    """Validate every scaffold recorded under ``root``.
+
+    Parameters
+    ----------
+    root : str or Path
+        The folder given to ``scaffold --out`` / ``--into``.
+    prefer_real : bool
+        Use the real framework when it imports (``False``: stored schema only).
+    model_type : str or None
+        Only the scaffold of this model type.
+
+    Returns
+    -------
+    Report
+        Command ``validate``; ``scaffold.*`` findings; one ``scaffold.tier``
+        finding per scaffold, and ``scaffold.ok`` when nothing failed.
+
+    Raises
+    ------
+    InputError
+        ``root`` is not a scaffold (no manifest) or the model type is not in it.
+    """
+    start = time.perf_counter()
+    root = Path(root).expanduser().resolve()
+    manifests = load_manifests(root)
+    if model_type is not None:
+        manifests = [m for m in manifests if m.get("model_type") == model_type]
+        if not manifests:
+            raise InputError(f"{root} has no scaffold for model type {model_type!r}")
+    findings: list[Finding] = []
+    for manifest in manifests:
+        framework = manifest.get("framework")
+        if framework == "vllm-omni":
+            part = validate_vllm_omni(root, manifest, prefer_real)
+        elif framework == "sglang-omni":
+            part = validate_sglang_omni(root, manifest, prefer_real)
+        else:
+            raise InputError(f"manifest for {manifest.get('model_type')!r} names unknown framework {framework!r}")
+        if not any(f.status == "fail" for f in part):
+            tier = next((f.evidence.get("tier") for f in part if f.code == "scaffold.tier"), "?")
+            part.append(_f("scaffold.ok", "pass", f"{framework} scaffold of {manifest['model_type']} "
+                           f"({manifest['shape']}) passed static validation (tier: {tier})",
+                           tier=tier, model_type=manifest["model_type"]))
+        findings += part
+    return Report("validate", findings, timing={"validate_s": time.perf_counter() - start})
+
+
+def cli_main(argv: list[str]) -> int:
+    """``porting-kit validate --static DIR [--json PATH] [--stored-only] [--model-type NAME]``."""
+    p = argparse.ArgumentParser(prog="porting-kit validate", exit_on_error=False)
+    p.add_argument("--static", metavar="DIR", help="validate a scaffold folder without a GPU")
+    p.add_argument("--json", dest="json_path", help="write the JSON report here")
+    p.add_argument("--stored-only", action="store_true", help="skip the real framework even when importable")
+    p.add_argument("--model-type", dest="model_type")
+    try:
+        ns = p.parse_args(argv)
+    except argparse.ArgumentError as exc:
+        raise InputError(f"validate: {exc}") from None
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            return 0
+        raise InputError("validate: bad arguments (see porting-kit validate --help)") from None
+    if not ns.static:
+        raise InputError("GPU validation (porting-kit validate without --static) needs CUDA and is not "
+                         "available here; use --static DIR")
+    report = validate_static(ns.static, prefer_real=not ns.stored_only, model_type=ns.model_type)
+    from rich.console import Console
+
+    from porting_kit.render import print_report
+
+    print_report(report, Console(), title="porting-kit validate --static")
+    if ns.json_path:
+        report.write_json(ns.json_path)
+    return report.exit_code
