@@ -103,11 +103,19 @@ class _Sketcher:
             self._cache[key] = torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
         return self._cache[key]
 
+    def allocate(self, device) -> None:
+        """Create the buffer up front, outside any ``torch.inference_mode`` a model's forward
+        may enter (a buffer born inside it could not be written by the root module's hook,
+        which runs outside)."""
+        import torch
+
+        self.buf = torch.zeros(512, _WIDTH, device=device)
+
     def slot(self, device) -> Any:
         import torch
 
         if self.buf is None:
-            self.buf = torch.zeros(512, _WIDTH, device=device)
+            self.allocate(device)
         elif self.n >= self.buf.shape[0]:
             grown = torch.zeros(2 * self.buf.shape[0], _WIDTH, device=self.buf.device)
             grown[: self.n] = self.buf
@@ -115,8 +123,13 @@ class _Sketcher:
         self.n += 1
         return self.n - 1
 
-    def summarize(self, t) -> Summary:
-        """Write the summary of tensor ``t`` [shape=(..., d)] into the buffer."""
+    def summarize(self, t, col_perm=None) -> Summary:
+        """Write the summary of tensor ``t`` [shape=(..., d)] into the buffer.
+
+        ``col_perm`` (LongTensor (d,)): the tensor's last dimension holds the reference's
+        features reordered (feature ``j`` is reference feature ``col_perm[j]``); the sketch
+        then uses ``R[col_perm]`` so it equals the reference layout's sketch.
+        """
         import torch
 
         x = t.detach()
@@ -135,7 +148,10 @@ class _Sketcher:
             row[1] = torch.maximum(mn.abs(), mx.abs()).float()
             row[2] = (~torch.isfinite(x)).sum()
             sx = self._mat("S", x.shape[0], x.device, x.dtype) @ x          # (8, d)
-            row[3:] = (sx.float() @ self._mat("R", x.shape[1], x.device, torch.float32)).reshape(-1)
+            r = self._mat("R", x.shape[1], x.device, torch.float32)
+            if col_perm is not None and col_perm.numel() == x.shape[1]:
+                r = r[col_perm.to(x.device)]
+            row[3:] = (sx.float() @ r).reshape(-1)
         return Summary(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
                        numel=t.numel(), slot=i)
 
@@ -148,8 +164,12 @@ def _first_input(args: tuple, kwargs: dict) -> Any:
 
 
 @contextmanager
-def capture_summaries(model, records: list[Record], *, prefix: str = "") -> Iterator[None]:
+def capture_summaries(model, records: list[Record], *, prefix: str = "",
+                      output_permutation: dict[str, Any] | None = None) -> Iterator[None]:
     """Hook every module of ``model``; each call appends a :class:`Record` to ``records``.
+
+    ``output_permutation`` maps module names whose output features are a reordering of
+    the reference's (see :class:`porting_kit.weights.WeightLoad`) to that reordering.
 
     Use as ``with capture_summaries(model, recs): run(model, inputs)``; the hooks
     are removed on exit, and the summaries are then moved to the host in one
@@ -158,6 +178,9 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "") -> Iter
     import torch
 
     sketcher = _Sketcher()
+    perms = output_permutation or {}
+    first = next(iter(model.parameters()), None)
+    sketcher.allocate(first.device if first is not None else "cpu")
     counter = {"start": 0, "end": 0}
     calls: dict[str, int] = {}
     stacks: dict[int, list[int]] = {}
@@ -180,7 +203,7 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "") -> Iter
                 key=key, name=name, type=type(module).__name__, start=start, end=counter["end"],
                 depth=0 if not name else name.count(".") + 1,
                 inp=sketcher.summarize(inp) if floating(inp) else None,
-                out=sketcher.summarize(out) if floating(out) else None))
+                out=sketcher.summarize(out, perms.get(name)) if floating(out) else None))
             counter["end"] += 1
 
         return pre, post

@@ -11,6 +11,8 @@ Targets and shapes (DESIGN.md, "Scaffolds"):
 * SGLang-Omni 0.1.9 — ``config.py`` (``PipelineConfig`` subclass wired with
   ``next`` / ``wait_for`` + ``merge_fn`` / ``stream_to`` / ``process``),
   ``stages.py`` (factories + merge function) and a YAML of per-stage overrides.
+  SGLang-Omni discovers ``sglang_omni/models/<model>/config.py:EntryClass`` by
+  itself (``models/registry.py`` walks the package), so no registration lines.
 
 The decisions (what to generate, which values, why) are made here; the text is
 in the Jinja2 templates under ``templates/<target>/<shape>/``. Writes go through
@@ -216,27 +218,27 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         seqs_why = ("max_num_seqs: at least 4 concurrent requests; fewer leaves audio gaps "
                     "when the batch window rotates under load.")
     mml_src = facts.max_position_embeddings.source if facts.max_position_embeddings else "default 4096"
-    stage0 = [("max_num_seqs", max_num_seqs, seqs_why),
+    stage0: list[tuple[str, object, str]] = [("max_num_seqs", max_num_seqs, seqs_why),
               ("gpu_memory_utilization", util, f"gpu_memory_utilization: {util_why}.")]
     if opts.shape == "single-stage-ar":
-        stage0.append(("enforce_eager", "true", "enforce_eager: the generator pattern steps upstream "
-                       "Python code per request; there is no CUDA graph to capture."))
+        stage0.append(("enforce_eager", "true", ("enforce_eager: the generator pattern steps upstream "
+                       "Python code per request; there is no CUDA graph to capture.")))
     elif opts.shape == "native-ar":
-        stage0.append(("enforce_eager", "true", "enforce_eager: the side computation runs outside "
-                       "vLLM's graph capture until it is captured separately."))
+        stage0.append(("enforce_eager", "true", ("enforce_eager: the side computation runs outside "
+                       "vLLM's graph capture until it is captured separately.")))
     stage0 += [
         ("max_model_len", max_model_len, f"max_model_len: from {mml_src}."),
         ("devices", '"0"', "devices: one GPU."),
     ]
     stage1 = [
-        ("max_num_seqs", max(max_num_seqs, 4), "max_num_seqs: the codec decodes the chunks of every "
-         "live stage-0 request; keep it at least stage 0's."),
+        ("max_num_seqs", max(max_num_seqs, 4), ("max_num_seqs: the codec decodes the chunks of every "
+         "live stage-0 request; keep it at least stage 0's.")),
         ("gpu_memory_utilization", 0.1, "gpu_memory_utilization: the codec decoder is small next to the LM."),
         ("enforce_eager", "true", "enforce_eager: the codec skeleton has no CUDA graph path yet."),
         ("devices", '"0"', "devices: colocated with stage 0 on one GPU."),
     ]
     stop_src = facts.stop_token_ids.source if facts.stop_token_ids else "not in config.json: set it"
-    values = dict(
+    values = dict(  # noqa: C408 - keyword form reads as the template variables
         kit_version=__version__, shape=opts.shape, model_type=m, camel=camel, arch=arch,
         const_name=f"{m.upper()}_PIPELINE", facts=facts, fact_lines=_fact_lines(facts),
         sample_rate=int(facts.value("sample_rate", 24000)), hop_length=int(facts.value("hop_length", 480)),
@@ -463,6 +465,9 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         atomic_write_text(_safe_target(root, rel), new)
         result.registrations.append(rel)
     result.manifest = manifest_rel
+    if facts.rope_scaling is not None:
+        result.notes.append(f"config.json sets RoPE scaling ({facts.rope_scaling.source} = "
+                            f"{dict(facts.rope_scaling.value)}): the port must apply it (porting-kit check: rope)")
     for name in ("sample_rate", "hop_length", "num_codebooks", "stop_token_ids"):
         if getattr(facts, name) is None:
             result.notes.append(f"{name} not found in {facts.config_path}: a placeholder was written; set it")
@@ -570,5 +575,5 @@ def ruff_check(root: str | Path) -> tuple[int, str]:
     exe = shutil.which("ruff")
     if exe is None:
         raise InputError("ruff is not installed (pip install ruff)")
-    proc = subprocess.run([exe, *RUFF_ARGS, "."], cwd=str(root), capture_output=True, text=True)
+    proc = subprocess.run([exe, *RUFF_ARGS, "."], cwd=str(root), capture_output=True, text=True, check=False)
     return proc.returncode, (proc.stdout + proc.stderr).strip()

@@ -119,7 +119,8 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any,
     ----------
     spec : Spec
         Defines ``decode_candidate_stream(codes, chunk_frames, context_frames)``
-        and optionally ``stream_chunk_frames`` / ``stream_context_frames``.
+        and optionally ``stream_chunk_frames`` / ``stream_context_frames`` (ints, or
+        functions returning ints, so that a variant can change them).
     codes : torch.LongTensor [shape=(num_codebooks, frames)]
     hop_length : int
         Samples per frame.
@@ -141,8 +142,10 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any,
         peak; else one ``hop.stream_boundary`` with the worst seam (sample
         range), whether more left context fixes it, and the decoder's ``d``.
     """
-    chunk = int(spec.get("stream_chunk_frames", DEFAULT_CHUNK_FRAMES))
-    context = int(spec.get("stream_context_frames", DEFAULT_CONTEXT_FRAMES))
+    chunk = spec.get("stream_chunk_frames", DEFAULT_CHUNK_FRAMES)
+    context = spec.get("stream_context_frames", DEFAULT_CONTEXT_FRAMES)
+    chunk = int(chunk() if callable(chunk) else chunk)
+    context = int(context() if callable(context) else context)
     T = int(codes.shape[-1])
     full = as_channels_first(full_candidate).mean(axis=0)
     peak = float(np.max(np.abs(full))) or 1.0
@@ -161,8 +164,12 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any,
         return []
     if got["clean"]:
         return []
-    more = min(T, max(4 * context, context + 16))
-    bigger = run(more)
+    # more left context: the smallest of a few larger contexts that makes the seams clean
+    for more in sorted({min(T, x) for x in (2 * context, 4 * context, context + 16,
+                                              context + 32, T)} - {context}):
+        bigger = run(more)
+        if bigger is None or bigger["clean"]:
+            break
     i = got["first_bad"] if got["missing"] else got["worst"]
     i = 0 if i is None else i
     start = seams[i] if i < len(seams) else seams[-1]
@@ -173,13 +180,14 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any,
           "worst_seam_abs_err": got["worst_err"], "worst_seam_db_below_peak": round(-db, 2),
           "tolerance_abs": tol, "missing_samples": got["missing"],
           "missing_per_seam": round(got["missing"] / n_seams, 3),
-          "more_context_frames": more, "more_context_abs_err": bigger["worst_err"],
-          "more_context_fixes": bool(bigger["clean"])}
-    if bigger["clean"]:
+          "more_context_frames": more,
+          "more_context_abs_err": bigger["worst_err"] if bigger else None,
+          "more_context_fixes": bool(bigger and bigger["clean"])}
+    if bigger is not None and bigger["clean"]:
         cause = (f"{more} frames of left context fix it: the decoder's receptive field needs more "
                  f"than {context} frames")
         hint = f"Decode each chunk with at least {more} frames of left context (stream_context_frames)."
-    elif got["missing"] and got["missing"] % n_seams == 0:
+    elif got["missing"] > 0 and got["missing"] % n_seams == 0:
         per = got["missing"] // n_seams
         cause = (f"more left context does not fix it: the stream is {got['missing']} samples short, "
                  f"{per} per seam (the decoder outputs frames*hop - d, d = {d}): the chunk slice "

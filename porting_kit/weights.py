@@ -56,6 +56,12 @@ class WeightLoad:
         Candidate parameters that loading never wrote.
     untraceable : list[str]
         Reference tensors with non-distinct values (not checked).
+    output_permutation : dict[str, torch.LongTensor]
+        Candidate module name -> ``perm`` [shape=(out_features,)] when its ``weight`` holds
+        the reference module's weight with rows reordered (``cand.weight == ref.weight[perm]``),
+        as the q/k permutation between Meta's interleaved and HF's rotate-half RoPE does.
+        Then candidate output feature ``j`` is reference feature ``perm[j]``, and
+        comparisons map the candidate's output through it first.
     """
 
     method: str
@@ -63,6 +69,28 @@ class WeightLoad:
     unmapped_reference: list[str] = field(default_factory=list)
     unset_candidate: list[str] = field(default_factory=list)
     untraceable: list[str] = field(default_factory=list)
+    output_permutation: dict[str, Any] = field(default_factory=dict)
+
+
+def row_permutation(ref, cand):
+    """``perm`` with ``cand == ref[perm]`` (rows of a 2-D weight reordered), or ``None``.
+
+    Rows are matched by their dot product with a fixed random vector (equal rows give
+    bitwise-equal sums), then the permutation is verified exactly.
+    """
+    import torch
+
+    if ref.dim() != 2 or ref.shape != cand.shape or torch.equal(ref, cand):
+        return None
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(ref.shape[1], generator=g, dtype=torch.float64).to(ref.device)
+    hr, hc = ref.double() @ v, cand.double() @ v
+    order_r, order_c = torch.argsort(hr), torch.argsort(hc)
+    perm = torch.empty_like(order_c)
+    perm[order_c] = order_r
+    if torch.equal(ref[perm], cand):
+        return perm
+    return None
 
 
 class _Tracking:
@@ -164,7 +192,13 @@ def load_weights(spec: Spec, reference, candidate) -> WeightLoad:
 
         result = WeightLoad(method=method, unset_candidate=unset)
         # values may land in parameters or persistent buffers (codebooks are buffers)
-        _trace_values(ref_sd, dict(candidate.state_dict()), result, spec)
+        cand_sd = dict(candidate.state_dict())
+        _trace_values(ref_sd, cand_sd, result, spec)
+        for cname, rnames in result.weight_map.items():
+            if cname.endswith(".weight") and len(rnames) == 1:
+                perm = row_permutation(ref_sd[rnames[0]], cand_sd[cname])
+                if perm is not None:
+                    result.output_permutation[cname[: -len(".weight")]] = perm
     return result
 
 

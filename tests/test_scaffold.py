@@ -254,3 +254,41 @@ def test_into_real_vllm_omni_tree_is_idempotent(tmp_path):
     reg.write_text(reg.read_text().replace("    my_tts,\n", ""))
     report = validate_static(tree, prefer_real=False)
     assert "scaffold.registration_missing" in report.codes("fail")
+
+
+def test_prompts_fill_missing_flags_in_a_terminal(tmp_path, monkeypatch):
+    cfg = write_config(tmp_path)
+    answers = iter(["vllm-omni", "native-ar", "my_tts", str(cfg), str(tmp_path / "o")])
+    asked = []
+
+    def ask(question, **kw):
+        asked.append((question, tuple(kw.get("choices") or ())))
+        return next(answers)
+
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("rich.prompt.Prompt.ask", ask)
+    assert cli(["scaffold"]) == 0
+    assert asked[1] == ("architecture shape", SHAPES)
+    assert (tmp_path / "o/vllm_omni/model_executor/models/my_tts/pipeline.py").is_file()
+
+
+@pytest.mark.parametrize("framework,shape", [("vllm-omni", s) for s in SHAPES] + [("sglang-omni", "two-stage")])
+def test_generated_files_pass_the_port_lint_rules(tmp_path, framework, shape):
+    lint = pytest.importorskip("porting_kit.lint.main", reason="lint hooks not installed")
+    out = make_scaffold(tmp_path, shape, framework=framework)
+    files = [str(p) for p in sorted(out.rglob("*")) if p.suffix in (".py", ".yaml") and ".porting-kit" not in p.parts]
+    assert lint.main(files) == 0
+
+
+def test_unknown_shape_is_usage_error(tmp_path, capsys):
+    cfg = write_config(tmp_path)
+    rc = cli(["scaffold", "--framework", "vllm-omni", "--shape", "three-stage", "--model-type", "my_tts",
+              "--config", str(cfg), "--out", str(tmp_path / "o")])
+    assert rc == 2 and "three-stage" in capsys.readouterr().err
+
+
+def test_missing_facts_and_rope_scaling_are_reported(tmp_path):
+    cfg = write_config(tmp_path, codec_config={}, rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    result = scaffold(ScaffoldOptions("vllm-omni", "two-stage", "my_tts", cfg, out=tmp_path / "o"))
+    notes = " ".join(result.notes)
+    assert "sample_rate not found" in notes and "num_codebooks not found" in notes and "yarn" in notes

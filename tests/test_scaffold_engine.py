@@ -77,31 +77,32 @@ def _spec(tmp_path, tree):
     return path
 
 
-def _ensure_parents():
+def _ensure_parents(monkeypatch):
     """The model file imports vllm_omni.model_executor.models.output_templates; give the
-    stub its parent packages when vllm_omni is not installed."""
+    stub its parent packages when vllm_omni is not installed (undone after the test)."""
     import importlib.util
     import sys
     import types
 
-    if importlib.util.find_spec("vllm_omni") is None:
+    if "vllm_omni" not in sys.modules and importlib.util.find_spec("vllm_omni") is None:
         for name in ("vllm_omni", "vllm_omni.model_executor", "vllm_omni.model_executor.models"):
-            sys.modules.setdefault(name, types.ModuleType(name))
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.delitem(sys.modules, "pk_generated_skeleton", raising=False)
 
 
-def test_generated_skeleton_passes_rng_and_lifecycle(tmp_path):
+def test_generated_skeleton_passes_rng_and_lifecycle(tmp_path, monkeypatch):
     from porting_kit.runner import run_check
 
-    _ensure_parents()
+    _ensure_parents(monkeypatch)
     tree = make_scaffold(tmp_path, "single-stage-ar")  # config stop token 2 (the driver's EOS)
     report = run_check(str(_spec(tmp_path, tree)), only="rng,lifecycle")
     assert report.codes() == ["rng.ok", "lifecycle.ok"], [(f.code, f.message) for f in report.findings]
 
 
-def test_skeleton_without_rng_swap_fails(tmp_path):
+def test_skeleton_without_rng_swap_fails(tmp_path, monkeypatch):
     from porting_kit.runner import run_check
 
-    _ensure_parents()
+    _ensure_parents(monkeypatch)
     tree = make_scaffold(tmp_path, "single-stage-ar")
     model = tree / MODEL
     text = model.read_text()

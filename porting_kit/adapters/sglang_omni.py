@@ -34,7 +34,11 @@ TOPOLOGY_FIELDS = ("name", "factory_path", "next", "terminal", "route_fn", "wait
 
 def real_available() -> tuple[bool, str]:
     """``(True, version)`` when ``sglang_omni.config`` imports, else ``(False, reason)``."""
-    if importlib.util.find_spec("sglang_omni") is None:
+    try:
+        found = importlib.util.find_spec("sglang_omni") is not None
+    except ValueError:  # a stub module without __spec__ in sys.modules
+        found = False
+    if not found:
         return False, "sglang_omni is not installed"
     try:
         import sglang_omni.config  # noqa: F401

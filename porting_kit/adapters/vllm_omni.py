@@ -36,10 +36,14 @@ TARGET_VERSION = "0.30.0"
 
 def _import_error() -> str | None:
     """``None`` when the vLLM-Omni config layer imports, else why not (one line)."""
-    if importlib.util.find_spec("vllm_omni") is None:
+    try:
+        found = importlib.util.find_spec("vllm_omni") is not None
+    except ValueError:  # a stub module without __spec__ in sys.modules
+        found = False
+    if not found:
         return "vllm_omni is not installed"
     try:
-        import vllm_omni.config.stage_config  # noqa: F401
+        import vllm_omni.config.stage_config
         import vllm_omni.entrypoints.openai.tts_adapters  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any import failure means "tier not available"
         return f"vllm_omni does not import: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
@@ -120,7 +124,7 @@ def _load_module(path: Path, name: str):
 class _StubServer:
     """The parts of ``OmniOpenAIServingSpeech`` a generated adapter may touch."""
 
-    uploaded_speakers: dict = {}
+    uploaded_speakers: dict = {}  # noqa: RUF012 - read-only stub
     model_name = "porting-kit-validate"
 
     async def _resolve_ref_audio(self, ref_audio):
@@ -142,10 +146,15 @@ def real_validate(root: Path, manifest: dict[str, Any]) -> list[Finding]:
     Returns findings with codes ``scaffold.pipeline_invalid``,
     ``scaffold.deploy_invalid``, ``scaffold.merge_failed``,
     ``scaffold.adapter_not_detected``, ``scaffold.adapter_build_failed``,
-    ``scaffold.adapter_drops_value`` (fail) — none when everything loads.
+    ``scaffold.adapter_drops_value``, ``scaffold.import_failed`` (a model or
+    stage-input-processor file that does not import) — none when everything loads.
     """
     from vllm_omni.config import pipeline_registry as preg
-    from vllm_omni.config.stage_config import PipelineConfig, load_deploy_config, merge_pipeline_deploy
+    from vllm_omni.config.stage_config import (
+        PipelineConfig,
+        load_deploy_config,
+        merge_pipeline_deploy,
+    )
     from vllm_omni.entrypoints.openai import tts_adapters as tts
     from vllm_omni.entrypoints.openai.protocol.audio import OpenAICreateSpeechRequest
     from vllm_omni.entrypoints.openai.tts_adapters.base import PreparedRequest, SpeechServingContext
@@ -174,6 +183,14 @@ def real_validate(root: Path, manifest: dict[str, Any]) -> list[Finding]:
     except Exception as exc:  # noqa: BLE001
         return [_f("scaffold.merge_failed", "fail", f"merge_pipeline_deploy({pipe_rel}, {deploy_rel}) fails: "
                    f"{type(exc).__name__}: {exc}", deploy_rel)]
+
+    for kind_path, rel in manifest["files"].items():
+        if kind_path.split(":", 1)[0] in ("model", "processor"):
+            try:
+                _load_module(root / rel, f"_pk_scaffold_{m}_{Path(rel).stem}")
+            except Exception as exc:  # noqa: BLE001
+                out.append(_f("scaffold.import_failed", "fail", f"{rel} does not import against vLLM-Omni: "
+                              f"{type(exc).__name__}: {exc}", rel))
 
     previous = preg.OMNI_PIPELINES.get(pipeline.model_type)
     old_adapter = tts.TTS_ADAPTER_REGISTRY.pop(m, None)

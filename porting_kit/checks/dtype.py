@@ -19,8 +19,6 @@ loss in dB. Runs when the spec defines the audio names; else ``skip``.
 
 from __future__ import annotations
 
-import math
-
 from porting_kit.findings import Finding, Where, ok, skip
 
 
@@ -44,9 +42,7 @@ def run(ctx) -> list[Finding]:
     snr = pair.comparison.content_snr_db
     bf = pair.bf16_snr_db
     ev = {"candidate_snr_db": snr, "bf16_autocast_snr_db": bf,
-          "bf16_snr_loss_db": (FP32_MIN_SNR_DB if not math.isfinite(snr) else snr) - bf
-          if bf is not None and math.isfinite(bf) else None,
-          "candidate_output_dtype": dtype_name(pair.candidate)}
+          "fp32_min_snr_db": FP32_MIN_SNR_DB, "candidate_output_dtype": dtype_name(pair.candidate)}
     reasons = []
     where = Where()
     if callable(ctx.spec.get("codec_candidate")):

@@ -104,6 +104,10 @@ def run(ctx: CheckContext) -> list[Finding]:
     pairs = _pair(ref_used, cand_used)
     findings += _functions(pairs)
     ctx.extras["norm_pairs"] = [(p.ref.name, p.cand.name) for p in pairs]
+    fd = ctx.first_divergence
+    for f in findings:
+        if fd:
+            f.evidence["first_divergence"] = f"{fd.get('reference_module')} ~ {fd.get('candidate_module')}"
     return findings or [ok(P, f"{len(pairs)} norm module pairs compute the same function "
                               "(kind, weight, eps, bfloat16 error).", {"pairs": len(pairs)})]
 

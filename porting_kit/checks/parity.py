@@ -173,10 +173,10 @@ def _run(spec, side: str, model, inputs):
     return t
 
 
-def _forward(spec, side, model, inputs, records):
+def _forward(spec, side, model, inputs, records, output_permutation=None):
     import torch
 
-    with capture_summaries(model, records), torch.no_grad():
+    with capture_summaries(model, records, output_permutation=output_permutation), torch.no_grad():
         out = _run(spec, side, model, inputs)
     _sync(out)
     return out
@@ -245,7 +245,8 @@ def get_result(ctx: CheckContext) -> ParityResult:
     ctx.progress("parity: candidate forward")
     t0 = time.perf_counter()
     crec: list[Record] = []
-    out_c = _forward(spec, "candidate", pair.candidate, pair.inputs, crec)
+    out_c = _forward(spec, "candidate", pair.candidate, pair.inputs, crec,
+                     output_permutation=pair.weights.output_permutation)
     timing["forward_candidate"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -299,6 +300,11 @@ def _full_metrics(spec, pair: LoadedPair, ap: AlignedPair, tol: Tolerance) -> di
     c = got_c.get(ap.candidate.key, (None, None))[1]
     if r is None or c is None or tuple(r.shape) != tuple(c.shape):
         return None
+    perm = pair.weights.output_permutation.get(ap.candidate.name)
+    if perm is not None and perm.numel() == c.shape[-1]:
+        import torch
+
+        c = c[..., torch.argsort(perm.to(c.device))]  # back to the reference's feature order
     return tensor_metrics(r, c, tol)
 
 

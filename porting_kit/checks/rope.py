@@ -152,8 +152,17 @@ def run(ctx: CheckContext) -> list[Finding]:
     if probe is None:
         return [_static_diagnosis(ref_sites, cand_sites, where, why)]
     ctx.extras["rope_probe"] = probe
-    where = Where(where.reference or probe.ref_site, where.candidate or probe.cand_site)
-    return [_diagnose(probe, ref_sites[0], cand_sites, where, ctx)]
+    cand_where = where.candidate if where.candidate not in (None, "<root>") else probe.cand_site
+    where = Where(where.reference or probe.ref_site, cand_where)
+    return [_with_divergence(_diagnose(probe, ref_sites[0], cand_sites, where, ctx), ctx)]
+
+
+def _with_divergence(f: Finding, ctx: CheckContext) -> Finding:
+    """Name the parity first divergence (when parity ran first) beside a failing diagnosis."""
+    fd = ctx.first_divergence
+    if f.status == "fail" and fd:
+        f.evidence["first_divergence"] = f"{fd.get('reference_module')} ~ {fd.get('candidate_module')}"
+    return f
 
 
 # ------------------------------------------------------------------- probe
@@ -338,7 +347,9 @@ def _explain(pr: Probe, ref_site: RotarySite, th_q, th_k, e_ref, tol, evidence, 
     errs = torch.tensor([e for _, e in series], dtype=torch.float64)
     grows = _grows(errs)
     rel_w = float(((w_c - w_ref).abs() / w_ref.abs().clamp_min(1e-30)).max()) if w_c.numel() else 1.0
-    evidence["error_vs_position"] = [[int(p), float(f"{e:.3g}")] for p, e in _short(series)]
+    short = _short(series)
+    evidence["error_positions"] = [int(p) for p, _ in short]
+    evidence["error_rad"] = [float(f"{e:.3g}") for _, e in short]
     if grows and e_ref < 0.5 and rel_w < 2e-2:
         evidence["inv_freq_max_rel_error"] = rel_w
         return _fail("rope.low_precision",

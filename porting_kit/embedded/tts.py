@@ -185,3 +185,66 @@ def candidate_config() -> dict[str, Any]:
     from porting_kit.embedded.tts_port import port_constants
 
     return _static(port_constants(lm_config(), port_options()))
+
+
+# --------------------------------------------------------------------------- audio names (issue 4)
+# The codec path (README "Port spec: audio names"): the reference's EncodecModel decodes the codes,
+# the port's CodecWrapper decodes them through its serving glue (tts_audio.CodecGlue, fault knobs
+# per ``audio_*`` variant).
+from porting_kit.embedded import tts_audio as _tts_audio  # noqa: E402
+
+VARIANTS.update({name: desc for name, (desc, _) in _tts_audio.AUDIO_VARIANTS.items()})
+stream_chunk_frames = _tts_audio.STREAM_CHUNK_FRAMES
+_AUDIO: dict[str, Any] = {}
+
+
+def _audio():
+    """(reference decode, candidate CodecGlue, candidate codec module), built once per load."""
+    if "pair" not in _AUDIO:
+        import torch
+
+        opts = _tts_audio.audio_options(VARIANT)
+        if opts.stereo:
+            ref_codec, cand_codec = _tts_audio.stereo_pair(codec_config())
+        else:
+            ref, cand = reference(), candidate()
+            _tts_audio.scale_output_(ref.codec)  # keep the random codec's audio in [-1, 1]
+            cand.load_weights(ref.state_dict().items())
+            ref_codec, cand_codec = ref.codec, cand.codec
+        if opts.bf16:
+            cand_codec.to(torch.bfloat16)
+        glue = _tts_audio.CodecGlue(_tts_audio.wrapper_decode(cand_codec), cand_codec.sample_rate,
+                                    cand_codec.hop_length, opts)
+        _AUDIO["pair"] = (_tts_audio.hf_decode(ref_codec), glue, cand_codec)
+    return _AUDIO["pair"]
+
+
+def codes():
+    """Codes to decode, ``LongTensor (4, 80)`` codebook-major, seeded."""
+    return _tts_audio.example_codes()
+
+
+def decode_reference(codes):
+    """Reference ``EncodecModel`` decode: ``(channels, samples)`` float32 at 24 kHz."""
+    return _audio()[0](codes), int(codec_config().sampling_rate)
+
+
+def decode_candidate(codes):
+    """The port's served waveform for ``codes`` and its reported sample rate."""
+    return _audio()[1].decode(codes)
+
+
+def decode_candidate_stream(codes, chunk_frames, context_frames):
+    """The port's streaming decode (chunks with left context, same serving glue)."""
+    return _audio()[1].decode_stream(codes, chunk_frames, context_frames)
+
+
+def stream_context_frames():
+    """The port's configured left context for streaming, in frames."""
+    opts = _tts_audio.audio_options(VARIANT)
+    return _tts_audio.STREAM_CONTEXT_FRAMES if opts.stream_context is None else opts.stream_context
+
+
+def codec_candidate():
+    """The port's codec module (its parameters must be float32)."""
+    return _audio()[2]

@@ -19,6 +19,8 @@ from porting_kit.lint import (adapter_build, codec_precision, global_rng, host_s
                               request_state, rope_buffers, stereo, test_markers, truthiness)
 from porting_kit.lint.finding import LintFinding, apply_noqa
 
+_HOST_SIDE_PREFIXES = ("tokenization_", "processing_", "feature_extraction_", "image_processing_",
+                       "video_processing_")
 _NON_MODEL_DIRS = frozenset({"tests", "test", "examples", "example", "benchmarks", "benchmark",
                              "scripts", "docs", "tools"})
 
@@ -77,6 +79,20 @@ _LEAVES = frozenset({ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.P
                      ast.Continue, ast.alias, ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom})
 
 
+def _is_training(node: ast.AST) -> bool:
+    return node.__class__ is ast.Attribute and node.attr == "training"
+
+
+def _not_training_guard(node: ast.If) -> bool:
+    """``if not self.training: return ...`` (alone or in an ``or``) with a body that returns or raises."""
+    if not node.body or node.body[-1].__class__ not in (ast.Return, ast.Raise) or node.orelse:
+        return False
+    test = node.test
+    values = test.values if test.__class__ is ast.BoolOp and isinstance(test.op, ast.Or) else [test]
+    return any(v.__class__ is ast.UnaryOp and v.op.__class__ is ast.Not and _is_training(v.operand)
+               for v in values)
+
+
 def _merge_calls(*tables: dict) -> dict:
     merged: dict[str, tuple] = {}
     for table in tables:
@@ -92,10 +108,14 @@ TEST_CALLS = _merge_calls(test_markers.CALLS)
 
 
 def is_model_path(path: str) -> bool:
-    """False for test files and files under tests/, examples/, benchmarks/, scripts/, docs/, tools/."""
+    """False for test files, files under tests/, examples/, benchmarks/, scripts/, docs/, tools/,
+    and transformers-style host-side preprocessing modules (``tokenization_*``, ``processing_*``,
+    ``feature_extraction_*``, ``image_processing_*``, ``video_processing_*``)."""
     p = PurePath(path)
     name = p.name
     if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
+        return False
+    if name.startswith(_HOST_SIDE_PREFIXES):
         return False
     return not any(part in _NON_MODEL_DIRS for part in p.parts[:-1])
 
@@ -318,6 +338,8 @@ class Linter:
         self.visit_list(node.body)
         frame.training -= training
         self.visit_list(node.orelse)
+        if _not_training_guard(node):
+            frame.training += 1  # `if not self.training: return x` - the rest of the function is training-only
 
     def _unary(self, node: ast.UnaryOp) -> None:
         if node.op.__class__ is ast.Not:

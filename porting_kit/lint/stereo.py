@@ -23,6 +23,7 @@ _MULTI = re.compile(r"(stereo|multichannel|multi_channel|channels)", re.IGNORECA
 _WAVE = re.compile(r"(wav|audio|pcm|speech|stereo|signal|sample|channel|mix|out)", re.IGNORECASE)
 _CODES = re.compile(r"(code|token|ids|frame|index|indices|grid|pos|mask|logit|emb|latent)", re.IGNORECASE)
 _SWAPS = ({0, 1}, {-1, -2})
+_METHODS = frozenset({"transpose", "contiguous", "permute", "t", "T", "mT", "np", "numpy", "torch"})
 
 
 def _int(node: ast.AST) -> int | None:
@@ -70,7 +71,7 @@ def _flatten(lin, node: ast.Call) -> None:
         return
     receiver = func.value
     if _is_transposed(receiver):
-        words = " ".join(names_in(receiver))
+        words = " ".join(names_in(receiver) - _METHODS)
         if _CODES.search(words) or not _WAVE.search(words):
             return  # codebook-major flattening of (frames, codebooks) codes is the codec convention
         lin.report("PK601", node, "transpose then flatten interleaves the channels: 2x the samples, "

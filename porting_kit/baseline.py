@@ -1,0 +1,272 @@
+"""Reference-audio baselines (``reference_audio/``): record the reference's audio once, compare later.
+
+``porting-kit baseline record SPEC`` decodes the spec's ``codes()`` with
+``decode_reference`` and writes ``<out>/<name>.wav`` (32-bit float WAV, so the
+comparison is exact) and ``<out>/<name>.json``, the sidecar:
+
+=================  ==============================================================
+key                meaning
+=================  ==============================================================
+schema             ``porting-kit/baseline/1``
+spec, variant      where the audio came from (spec path or ``example:<name>``)
+sample_rate        Hz
+channels, samples  layout of the file
+duration_s         seconds
+seed               the spec's ``SEED`` (``None`` when it has none)
+inputs             what was decoded: codes shape and the codes' sha256
+sha256             of the audio file's bytes (a changed file is refused)
+versions           python, torch, transformers, numpy, soundfile, porting-kit
+provenance         free text (e.g. the espeak-ng command of a speech clip)
+=================  ==============================================================
+
+``porting-kit baseline compare SPEC`` decodes the same codes with
+``decode_candidate`` and compares the served audio with the recorded file
+(:func:`porting_kit.audio.analyse_waveforms`): the ``hop`` and ``channel``
+codes of the audio checks. Nothing is overwritten without ``force`` (then the
+old files are kept as ``.bak``); writes are atomic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from porting_kit.errors import InputError
+from porting_kit.findings import Report, ok
+
+SCHEMA = "porting-kit/baseline/1"
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 16), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries that shape the audio (missing ones omitted)."""
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "numpy", "soundfile", "librosa", "encodec", "porting-kit"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def _atomic_write_audio(path: Path, wav, sample_rate: int, subtype: str, backup: bool) -> None:
+    import soundfile as sf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if backup and path.exists():
+        _copy(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        sf.write(tmp, wav, sample_rate, subtype=subtype)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _copy(path: Path) -> None:
+    import shutil
+
+    shutil.copy2(path, path.with_name(path.name + ".bak"))
+
+
+def write_clip(path: str | Path, wav, sample_rate: int, sidecar: dict[str, Any], *,
+               force: bool = False, subtype: str = "FLOAT") -> list[Path]:
+    """Write an audio file and its ``.json`` sidecar (sha256, duration, versions added).
+
+    Parameters
+    ----------
+    path : str or Path
+        Audio file (``.wav`` or ``.flac``).
+    wav : np.ndarray [shape=(channels, samples)]
+    sample_rate : int
+        Hz.
+    sidecar : dict
+        Extra keys (spec, seed, inputs, provenance...).
+    force : bool
+        Replace existing files, keeping ``.bak`` copies.
+    subtype : str
+        soundfile subtype (``FLOAT`` for exact baselines, ``PCM_16`` for clips).
+
+    Returns
+    -------
+    list of Path
+        ``[audio, sidecar]``.
+
+    Raises
+    ------
+    InputError
+        A file exists and ``force`` is false, or the folder cannot be written.
+    """
+    import numpy as np
+
+    from porting_kit.fsutil import atomic_write_text
+
+    path = Path(path)
+    side = path.with_suffix(".json")
+    existing = [p for p in (path, side) if p.exists()]
+    if existing and not force:
+        raise InputError(f"{existing[0]}: baseline exists; pass --force to replace it "
+                         "(the old files are kept as .bak)")
+    w = np.asarray(wav, dtype=np.float32)
+    w = w[None, :] if w.ndim == 1 else w
+    try:
+        _atomic_write_audio(path, w.T, int(sample_rate), subtype, backup=force)
+        meta = {"schema": SCHEMA, **sidecar, "sample_rate": int(sample_rate),
+                "channels": int(w.shape[0]), "samples": int(w.shape[1]),
+                "duration_s": round(w.shape[1] / sample_rate, 6), "file": path.name,
+                "sha256": sha256_file(path), "versions": library_versions()}
+        atomic_write_text(side, json.dumps(meta, indent=2, sort_keys=False) + "\n", backup=force)
+    except OSError as exc:
+        raise InputError(f"{path.parent}: cannot write baseline ({exc.strerror or exc})") from exc
+    return [path, side]
+
+
+def read_sidecar(path: str | Path) -> dict[str, Any]:
+    """Read and verify a clip's sidecar: the audio file's sha256 must match.
+
+    Raises
+    ------
+    InputError
+        Missing or unreadable sidecar/audio, or an audio file changed since recording.
+    """
+    side = Path(path).with_suffix(".json")
+    if not side.exists():
+        raise InputError(f"{side}: no baseline recorded; run `porting-kit baseline record` first")
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{side}: unreadable baseline sidecar ({exc})") from exc
+    audio = side.with_name(meta.get("file", Path(path).name))
+    if not audio.exists():
+        raise InputError(f"{audio}: baseline audio missing (sidecar {side.name} names it)")
+    if meta.get("sha256") and sha256_file(audio) != meta["sha256"]:
+        raise InputError(f"{audio}: sha256 differs from its sidecar; the baseline was modified "
+                         "(record it again with --force)")
+    return meta
+
+
+def _name(spec) -> str:
+    return spec.name.split(":", 1)[1] if spec.name.startswith("example:") else Path(spec.name).stem
+
+
+def _codes_digest(codes) -> str:
+    return hashlib.sha256(codes.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+
+
+def _load(spec_path, example, variant=None):
+    from porting_kit.audio_spec import missing_reason
+    from porting_kit.spec import load_spec
+
+    spec = load_spec(spec_path, example=example, variant=variant)
+    reason = missing_reason(spec)
+    if reason:
+        raise InputError(f"{spec.name}: cannot record/compare a baseline: {reason}")
+    return spec
+
+
+def record(spec_path: str | Path | None, *, example: str | None = None,
+           out_dir: str | Path = "reference_audio", force: bool = False) -> list[Path]:
+    """Decode the spec's codes with its reference and save ``<out_dir>/<name>.wav`` + sidecar.
+
+    Parameters
+    ----------
+    spec_path : str or Path or None
+        Port spec; ``None`` for the embedded example (``example``, default ``tts``).
+    example : str, optional
+        Embedded example name.
+    out_dir : str or Path
+        Baseline folder.
+    force : bool
+        Replace an existing baseline (``.bak`` copies kept).
+
+    Returns
+    -------
+    list of Path
+        The audio file and its sidecar.
+
+    Raises
+    ------
+    InputError
+        The spec has no audio names, a baseline exists without ``force``, or the
+        folder cannot be written.
+    """
+    import torch
+
+    from porting_kit.audio import as_channels_first
+
+    spec = _load(spec_path, example)
+    codes = spec.call("codes")
+    with torch.no_grad():
+        wav, sr = spec.call("decode_reference", codes)
+    y = as_channels_first(wav)
+    sidecar = {"spec": spec.name, "variant": None, "seed": spec.get("SEED"),
+               "inputs": {"codes_shape": list(codes.shape), "codes_sha256": _codes_digest(codes)},
+               "provenance": f"decode_reference(codes()) of {spec.name}, recorded "
+                             f"{time.strftime('%Y-%m-%d', time.gmtime())}"}
+    return write_clip(Path(out_dir) / f"{_name(spec)}.wav", y, int(sr), sidecar, force=force)
+
+
+def compare(spec_path: str | Path | None, *, example: str | None = None, variant: str | None = None,
+            out_dir: str | Path = "reference_audio") -> Report:
+    """Compare the candidate's served audio with the recorded baseline.
+
+    Returns
+    -------
+    Report
+        Command ``baseline``; ``hop`` / ``channel`` findings (``<prefix>.ok``
+        when clean); exit code 1 on a fault.
+
+    Raises
+    ------
+    InputError
+        No baseline, a modified baseline file, or codes that differ from the
+        ones recorded (the spec changed: record again).
+    """
+    import torch
+
+    from porting_kit.audio import FP32_MIN_SNR_DB, analyse_waveforms, read_audio
+    from porting_kit.audio_spec import hop_length_of_spec
+
+    t0 = time.perf_counter()
+    spec = _load(spec_path, example, variant)
+    path = Path(out_dir) / f"{_name(spec)}.wav"
+    meta = read_sidecar(path)
+    ref, sr_ref = read_audio(path)
+    codes = spec.call("codes")
+    want = (meta.get("inputs") or {}).get("codes_sha256")
+    if want and want != _codes_digest(codes):
+        raise InputError(f"{path}: the spec's codes() differ from the recorded ones; "
+                         "record the baseline again (--force)")
+    with torch.no_grad():
+        cand, sr_c = spec.call("decode_candidate", codes)
+    cmp = analyse_waveforms(ref, cand, sr_ref, int(sr_c), hop_length=hop_length_of_spec(spec),
+                            frames=int(codes.shape[1]), served=True, min_snr_db=FP32_MIN_SNR_DB,
+                            names=(path.name, f"{spec.name} candidate"))
+    report = Report(command="baseline")
+    for fam in ("hop", "channel"):
+        fs = [f for f in cmp.findings if f.check == fam]
+        report.findings.extend(fs or [ok(fam, evidence={"baseline": str(path),
+                                                        "snr_db": cmp.metrics.get("snr_db")})])
+    report.timing = {"total": time.perf_counter() - t0}
+    report.extras["comparison"] = cmp
+    return report

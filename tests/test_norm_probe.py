@@ -1,0 +1,75 @@
+"""Unit tests of the norm probe functions (porting_kit.normprobe)."""
+
+import pytest
+import torch
+
+from porting_kit.normprobe import bf16_error, find_norms, fingerprint, layer_norm, rms_norm
+
+
+class RMS(torch.nn.Module):
+    def __init__(self, d, eps=1e-6, offset=False, upcast=True):
+        super().__init__()
+        self.weight = torch.nn.Parameter(1 + 0.1 * torch.randn(d, generator=torch.Generator().manual_seed(3)))
+        self.variance_epsilon, self.offset, self.upcast = eps, offset, upcast
+
+    def forward(self, x):
+        dt = x.dtype
+        if self.upcast:
+            x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        w = 1 + self.weight if self.offset else self.weight
+        return w * x.to(dt)
+
+
+def test_issue_eps_numbers():
+    x = torch.full((4,), 1e-3)
+    assert rms_norm(x, eps=1e-6)[0].item() == pytest.approx(0.7071, abs=1e-4)
+    assert rms_norm(x, eps=1e-5)[0].item() == pytest.approx(0.3015, abs=1e-4)
+
+
+def test_issue_kind_numbers():
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert layer_norm(x, eps=0.0).tolist() == pytest.approx([-1.342, -0.447, 0.447, 1.342], abs=1e-3)
+    assert rms_norm(x, eps=0.0).tolist() == pytest.approx([0.365, 0.730, 1.095, 1.461], abs=1e-3)
+
+
+@pytest.mark.parametrize("eps", [1e-6, 1e-5, 1e-8])
+def test_fingerprint_rms_eps_and_weight(eps):
+    m = RMS(32, eps)
+    f = fingerprint(m, 32)
+    assert f.kind == "rms"
+    assert f.eps == pytest.approx(eps, rel=1e-3)
+    torch.testing.assert_close(f.weight, m.weight.detach().double(), rtol=1e-5, atol=1e-6)
+
+
+def test_fingerprint_layernorm_and_offset():
+    ln = torch.nn.LayerNorm(32, eps=1e-5)
+    f = fingerprint(ln, 32)
+    assert f.kind == "layer"
+    assert f.eps == pytest.approx(1e-5, rel=1e-3)
+    off = RMS(32, offset=True)
+    f2 = fingerprint(off, 32)
+    torch.testing.assert_close(f2.weight, 1 + off.weight.detach().double(), rtol=1e-5, atol=1e-6)
+
+
+def test_fingerprint_unknown_kind():
+    class L1(torch.nn.Module):
+        weight = None
+
+        def forward(self, x):
+            return x / (x.abs().mean(-1, keepdim=True) + 1e-6)
+
+    f = fingerprint(L1(), 32)
+    assert f.kind == "unknown"
+    assert min(f.rel_diff_kinds.values()) > 1e-3
+
+
+def test_bf16_error_separates_upcast():
+    up, down = bf16_error(RMS(64), 64), bf16_error(RMS(64, upcast=False), 64)
+    assert down > 2.5 * up
+
+
+def test_find_norms_skips_groupnorm():
+    m = torch.nn.Sequential(RMS(8), torch.nn.LayerNorm(8), torch.nn.GroupNorm(2, 8))
+    names = [(s.name, s.dim, s.type) for s in find_norms(m)]
+    assert names == [("0", 8, "RMS"), ("1", 8, "LayerNorm")]

@@ -1,0 +1,186 @@
+"""The rope family on the embedded example's planted faults, the real Meta-vs-HF Llama pair,
+an unexplained fault, and the JSON report."""
+
+import functools
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+from porting_kit.runner import run_check
+from porting_kit.spec import Spec, load_spec
+
+LLAMA = str(Path(__file__).resolve().parents[1] / "examples" / "llama_meta.py")
+
+
+@functools.lru_cache(maxsize=None)
+def report(example=None, path=None, variant=None, only="rope,norm"):
+    spec = load_spec(path, variant=variant) if path else load_spec(example=example)
+    return run_check(spec, only=only)
+
+
+def rope(r):
+    (f,) = [f for f in r.findings if f.check == "rope"]
+    return f
+
+
+def no_fault(r, family):
+    return [f.code for f in r.findings if f.check == family and f.status in ("fail", "warn")] == []
+
+
+def test_clean_example_has_no_rope_norm_config_finding():
+    r = report(example="tts", only="config,rope,norm")
+    assert r.codes() == ["config.ok", "rope.ok", "norm.ok"]
+    assert rope(r).evidence["angle_error_rad"] < 1e-5
+
+
+def test_inv_freq_uninitialized():
+    r = report(example="tts:rope_inv_freq_uninitialized")
+    f = rope(r)
+    assert (f.code, f.status) == ("rope.inv_freq_uninitialized", "fail")
+    assert f.where.candidate.endswith("rotary_emb")
+    assert f.evidence["reference_inv_freq_head"][:2] == pytest.approx([1.0, 0.177828], rel=1e-5)
+    assert "recompute" in f.hint.lower()
+
+
+def test_theta_mismatch_reports_both_bases():
+    f = rope(report(example="tts:rope_theta_default"))
+    assert (f.code, f.status) == ("rope.theta_mismatch", "fail")
+    assert f.evidence["reference_rope_theta"] == 1e6
+    assert f.evidence["candidate_rope_theta"] == 1e4
+    assert "rope_theta=10000; the reference uses 1000000" in f.message
+    assert f.where.reference == "lm.model.rotary_emb"
+
+
+def test_layout_mismatch():
+    f = rope(report(example="tts:rope_interleaved"))
+    assert (f.code, f.status) == ("rope.layout_mismatch", "fail")
+    assert f.evidence["candidate_layout"] == "interleaved"
+    assert f.evidence["reference_structure_residual"] > 0.1
+    assert f.evidence["structure_residual"] < 1e-5
+
+
+def test_partial_rotary():
+    f = rope(report(example="tts:rope_partial"))
+    assert (f.code, f.status) == ("rope.partial_rotary_mismatch", "fail")
+    assert (f.evidence["reference_rotary_dim"], f.evidence["candidate_rotary_dim"]) == (16, 8)
+
+
+def test_position_offset():
+    f = rope(report(example="tts:rope_position_offset"))
+    assert (f.code, f.status) == ("rope.position_offset", "fail")
+    assert f.evidence["offset"] == 3
+    assert f.evidence["offset_q"] == 3  # the port shifts the query positions only
+    assert f.evidence["offset_k"] == 0
+
+
+def test_scaling_ignored():
+    f = rope(report(example="tts:rope_scaling_ignored"))
+    assert (f.code, f.status) == ("rope.scaling_ignored", "fail")
+    assert f.evidence["reference_rope_type"] == "linear"
+    assert f.evidence["scaling_factor"] == 4.0
+
+
+def test_low_precision_error_grows_with_position():
+    f = rope(report(example="tts:rope_low_precision"))
+    assert (f.code, f.status) == ("rope.low_precision", "fail")
+    pos, err = f.evidence["error_positions"], f.evidence["error_rad"]
+    assert pos[0] == 0 and pos[-1] == 63 and len(err) == len(pos) <= 8
+    assert err[0] == 0.0  # the rotation is the identity at position 0
+    assert max(err[-3:]) > 5 * max(err[1], 1e-6)
+
+
+def test_rope_variants_raise_no_norm_finding():
+    for v in ("rope_theta_default", "rope_interleaved", "rope_partial", "rope_position_offset",
+              "rope_scaling_ignored", "rope_low_precision", "rope_inv_freq_uninitialized"):
+        assert no_fault(report(example=f"tts:{v}"), "norm"), v
+
+
+def test_upstream_fault_is_not_called_rope():
+    """Fused qkv shards swapped: q/k differ before RoPE, so the rope family passes (parity locates it)."""
+    f = rope(report(example="tts:qkv_shard_order", only="rope"))
+    assert f.code == "rope.ok"
+    assert f.evidence["qk_norm_spread"] > 0.05
+
+
+def _llama(variant=None):
+    if not Path(LLAMA).exists():
+        pytest.fail("examples/llama_meta.py is missing")
+    return report(path=LLAMA, variant=variant, only="config,rope,norm")
+
+
+def test_llama_clean_pair_no_rope_finding():
+    r = _llama()
+    assert no_fault(r, "rope") and no_fault(r, "norm") and no_fault(r, "config")
+    assert "through the q/k permutation" in rope(r).message
+
+
+def test_llama_missing_permutation_is_layout():
+    f = rope(_llama("no_permutation"))
+    assert (f.code, f.status) == ("rope.layout_mismatch", "fail")
+    assert f.where.candidate == "layers.0.attention"
+
+
+def test_llama_theta():
+    f = rope(_llama("theta"))
+    assert f.code == "rope.theta_mismatch"
+    assert (f.evidence["reference_rope_theta"], f.evidence["candidate_rope_theta"]) == (5e5, 1e4)
+
+
+def test_llama_scaling():
+    f = rope(_llama("scaling"))
+    assert f.code == "rope.scaling_ignored"
+    assert f.evidence["reference_rope_type"] == "llama3"
+
+
+def _patched_spec(patch, name):
+    """The clean embedded example with the candidate modified by ``patch(model)``."""
+    base = load_spec(example="tts").module
+    mod = types.ModuleType(name)
+    for attr in ("reference", "inputs", "run_reference", "run_candidate"):
+        setattr(mod, attr, getattr(base, attr))
+
+    def candidate():
+        base.VARIANT = None
+        return patch(base.candidate())
+
+    mod.candidate = candidate
+    return Spec(module=mod, name=f"test:{name}")
+
+
+def test_unexplained_rotation_is_not_given_a_confident_name():
+    """Angles growing as position**1.3: no known fault fits, the numbers are shown."""
+    import torch
+
+    def patch(model):
+        for m in model.modules():
+            if hasattr(m, "cos_sin"):
+                def cos_sin(positions, m=m):
+                    freqs = positions[..., None].double() ** 1.3 * m.inv_freq.double()
+                    return freqs.cos().float(), freqs.sin().float()
+                m.cos_sin = cos_sin
+        return model
+
+    r = run_check(_patched_spec(patch, "rope_unexplained"), only="rope")
+    f = rope(r)
+    assert (f.code, f.status) == ("rope.unexplained", "fail")
+    assert f.evidence["angle_error_rad"] > 0.5
+    assert f.evidence["theta_fit_error_rad"] > 1e-2
+    assert f.evidence["best_offset_error_rad"] > 1e-2
+    del torch
+
+
+def test_json_report_carries_evidence_and_hint(tmp_path):
+    from porting_kit.cli import main
+
+    out = tmp_path / "r.json"
+    rc = main(["check", "--example", "tts:rope_theta_default", "--only", "config,rope",
+               "--json", str(out)])
+    assert rc == 1
+    data = json.loads(out.read_text())
+    by = {f["code"]: f for f in data["findings"]}
+    assert by["rope.theta_mismatch"]["evidence"]["candidate_rope_theta"] == 10000.0
+    assert "rope_parameters" in by["rope.theta_mismatch"]["hint"]
+    assert by["config.mismatch"]["evidence"]["key"] == "rope_theta"
+    assert by["rope.theta_mismatch"]["where"]["candidate"] == "talker.layers.0.attn.rotary_emb"
