@@ -31,7 +31,8 @@ import time
 import types
 
 
-def build_spec(width: int, layers: int, tokens: int, vocab: int, variant_options: dict | None = None):
+def build_spec(width: int, layers: int, tokens: int, vocab: int, variant_options: dict | None = None,
+               head_dim: int = 64, intermediate: int | None = None):
     """A port spec object for a Qwen3-shaped pair of the given size (no file needed)."""
     from porting_kit.adapters.torchaudio_guard import ensure_importable
 
@@ -43,9 +44,9 @@ def build_spec(width: int, layers: int, tokens: int, vocab: int, variant_options
     from porting_kit.spec import Spec
 
     heads = max(width // 64, 1)
-    lm_cfg = tts_reference.lm_config(hidden_size=width, intermediate_size=3 * width,
+    lm_cfg = tts_reference.lm_config(hidden_size=width, intermediate_size=intermediate or 3 * width,
                                      num_hidden_layers=layers, num_attention_heads=heads,
-                                     num_key_value_heads=max(heads // 2, 1), head_dim=64,
+                                     num_key_value_heads=max(heads // 2, 1), head_dim=head_dim,
                                      vocab_size=vocab, max_position_embeddings=max(2 * tokens, 512))
     codec_cfg = tts_reference.codec_config()
     mod = types.ModuleType("benchmark_spec")
@@ -83,7 +84,8 @@ def _loaded_context(args, layers: int, variant_options=None):
     from porting_kit.checks.parity import load_pair
     from porting_kit.context import CheckContext
 
-    spec = build_spec(args.width, layers, args.tokens, args.vocab, variant_options)
+    spec = build_spec(args.width, layers, args.tokens, args.vocab, variant_options,
+                      head_dim=args.head_dim, intermediate=args.intermediate)
     ctx = CheckContext(spec=spec, device=args.device, dtype=args.dtype)
     pair = load_pair(ctx)
     return spec, ctx, pair
@@ -186,7 +188,9 @@ def memory_child(args, mode: str, layers: int) -> int:
 def _child_argv(args, mode: str, layers: int) -> list[str]:
     return [sys.executable, __file__, "--_memory-child", mode, "--layers", str(layers),
             "--width", str(args.width), "--tokens", str(args.tokens), "--vocab", str(args.vocab),
-            "--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
+            "--device", args.device, "--head-dim", str(args.head_dim)] + (
+                ["--dtype", args.dtype] if args.dtype else []) + (
+                ["--intermediate", str(args.intermediate)] if args.intermediate else [])
 
 
 def measure_memory(args) -> dict:
@@ -204,6 +208,28 @@ def measure_memory(args) -> dict:
     return out
 
 
+def measure_tolerance(device: str) -> None:
+    """Print the largest per-module relative error of clean pairs in bf16 and fp16 (the
+    measurement behind porting_kit.tolerance's defaults)."""
+    from pathlib import Path
+
+    from porting_kit.runner import run_check
+
+    llama = Path(__file__).resolve().parents[1] / "examples" / "llama_meta.py"
+    for dtype in ("bfloat16", "float16"):
+        for name, kwargs in (("embedded tts", {"example": "tts"}), ("llama pair", {"spec": str(llama)})):
+            try:
+                r = run_check(only="parity", device=device, dtype=dtype, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the examples extra may be missing
+                print(f"tolerance {dtype} {name}: not measured ({exc})")
+                continue
+            res = r.extras["parity"]
+            worst = max(res.stats, key=lambda st: st.rel_err)
+            print(f"tolerance {dtype} {name}: max_module_rel_err={worst.rel_err:.3e} "
+                  f"({worst.pair.reference.key}) output_rel_err={res.output_metric['rel_err']:.3e} "
+                  f"status={r.status}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
@@ -216,10 +242,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: correctness only")
     p.add_argument("--no-memory", action="store_true", help="skip the depth-memory measurement")
     p.add_argument("--json", default=None, help="also write the figures here")
+    p.add_argument("--measure-tolerance", action="store_true",
+                   help="print the clean pairs' per-module bf16/fp16 error and exit")
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--intermediate", type=int, default=None, help="MLP width (default 3 x width)")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.width, args.layers, args.tokens, args.vocab, args.repeats = 128, 2, 32, 1100, 1
+    if args.measure_tolerance:
+        measure_tolerance(args.device)
+        return 0
     if args.memory_child:
         print(memory_child(args, args.memory_child, args.layers))
         return 0

@@ -31,11 +31,12 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
-_NORM_TYPE = re.compile(r"(rms_?norm|layer_?norm)", re.I)
+_NORM_TYPE = re.compile(r"(rms_?norm|layer_?norm)", re.IGNORECASE)
 _SEED = 20261129
 
 
@@ -127,7 +128,7 @@ def find_norms(model) -> list[NormSite]:
     out: list[NormSite] = []
     for name, mod in model.named_modules():
         tname = type(mod).__name__
-        if re.search(r"(group|batch|instance)_?norm", tname, re.I):
+        if re.search(r"(group|batch|instance)_?norm", tname, re.IGNORECASE):
             continue
         eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
         w = getattr(mod, "weight", None)

@@ -248,3 +248,40 @@ def plot_request_audio(waveforms: dict[str, Any], sample_rate: int, *,
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def plot_rope_error_vs_position(reports: dict[str, Any], *, ax=None, title: str | None = None):
+    """RoPE angle error against position, one line per report (the rope family's measurement).
+
+    Parameters
+    ----------
+    reports : dict[str, Report]
+        Label -> report from :func:`porting_kit.runner.run_check` with the rope
+        family run; uses ``report.extras["rope_error_vs_position"]`` (pairs of
+        position and the largest angle error in radians over rotary pairs, for
+        layer 0's q). Reports without it (e.g. a layout mismatch, where no
+        angle table applies) are skipped.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Log-scale y; errors below 1e-9 rad are drawn at 1e-9.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+    else:
+        fig = ax.figure
+    for label, rep in reports.items():
+        series = rep.extras.get("rope_error_vs_position")
+        if not series:
+            continue
+        ax.plot([p for p, _ in series], [max(e, 1e-9) for _, e in series], lw=1.2, label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("position (tokens)")
+    ax.set_ylabel("max |angle error| (rad)")
+    ax.set_title(title or "RoPE: candidate rotation angle vs reference, by position")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

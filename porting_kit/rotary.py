@@ -35,9 +35,10 @@ two conventions compute the same attention scores.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 HALF, INTERLEAVED = "rotate_half", "interleaved"
 
@@ -550,11 +551,8 @@ def reference_inv_freq(site: RotarySite, base: float | None = None, scaled: bool
     params = dict(getattr(cfg, "rope_parameters", None) or {})
     if base is not None:
         params["rope_theta"] = float(base)
-        if hasattr(cfg, "rope_theta"):
-            try:
-                cfg.rope_theta = float(base)
-            except Exception:  # noqa: BLE001 - a read-only property on some configs
-                pass
+        if hasattr(cfg, "rope_theta") and not isinstance(getattr(type(cfg), "rope_theta", None), property):
+            cfg.rope_theta = float(base)
     rope_type = params.get("rope_type", "default")
     if not scaled:
         params = {"rope_type": "default", "rope_theta": params.get("rope_theta"),

@@ -34,6 +34,6 @@ def run_side(spec, side: str, model, inputs: dict) -> Any:
             return spec.call(f"run_{side}", model, inputs)
         try:
             return model(**inputs)
-        except Exception as exc:  # noqa: BLE001 - one line, exit 2
+        except Exception as exc:
             raise InputError(f"{spec.name}: {side} forward model(**inputs) raised "
                              f"{type(exc).__name__}: {exc}; define run_{side}(model, inputs)") from exc

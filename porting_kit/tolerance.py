@@ -9,12 +9,15 @@ Llama pair's logits max |diff| 5e-7; the embedded example's 1e-6 or less).
 bf16 / fp16 cannot use elementwise bounds across implementations: a fused
 qkv matmul, a different reduction order or an fp32 accumulate change single
 elements by several ulps. They use a tensor-level relative error
-``||a - b||_2 / ||b||_2 <= rel``. The default ``rel`` values come from a
-measurement (``benchmarks/check_overhead.py --measure-tolerance``; see the
-README's "Tolerances" section): the largest per-module relative error of the
-clean embedded pair in bf16 was about 8e-3 and in fp16 about 1e-3; the
-defaults put a margin of about 4x over that and stay far under what a real
-fault produces (a wrong rope_theta or eps gives 1e-1 and more).
+``||a - b||_2 / ||b||_2 <= rel``, set from a measurement of clean independent
+pairs (``python benchmarks/check_overhead.py --measure-tolerance``): the
+Meta-vs-HF Llama pair (REAL_PAIRS.md) gives a largest per-module relative error
+of 1.1e-2 in bf16 and 1.2e-3 in fp16 (its logits 6.5e-3 and 8.2e-4); the
+embedded example's port is bit-exact in both. The defaults are ``rel = 2e-2``
+(bf16, 1.8x the measured worst module) and ``5e-3`` (fp16, 4x). Faults that
+matter exceed them: a missing q/k permutation gives 7e-2 in bf16, a wrong
+rope_theta 3e-1 on the embedded example. Weaker faults sit inside bf16 noise
+at the whole-module level; the rope/norm diagnoses probe those directly.
 
 A spec may override them with ``tolerances = {"float32": {"rtol": 1e-5, "atol": 1e-4},
 "bfloat16": {"rel": 0.05}}`` (keys: dtype names; values: the fields of
@@ -75,7 +78,7 @@ class Tolerance:
 DEFAULTS: dict[str, Tolerance] = {
     "float64": Tolerance("float64", rtol=1e-7, atol=1e-7),
     "float32": Tolerance("float32", rtol=1.3e-6, atol=1e-5),
-    "bfloat16": Tolerance("bfloat16", rtol=1.6e-2, atol=1e-5, rel=3e-2),
+    "bfloat16": Tolerance("bfloat16", rtol=1.6e-2, atol=1e-5, rel=2e-2),
     "float16": Tolerance("float16", rtol=1e-3, atol=1e-5, rel=5e-3),
 }
 

@@ -273,8 +273,8 @@ def _lint(tmp_path, source: str, *args: str) -> tuple[int, str]:
     path = tmp_path / "pkg" / "model.py"
     path.parent.mkdir(exist_ok=True)
     path.write_text(textwrap.dedent(source).lstrip(), encoding="utf-8")
-    import io
     import contextlib
+    import io
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         rc = main([str(path), *args])
@@ -348,6 +348,24 @@ def test_training_only_sampling_not_flagged(tmp_path):
                 if self.training:
                     dropout = torch.randint(1, 4, (z.shape[0],))
                 return z
+        """)
+    assert (rc, out) == (0, "")
+
+
+def test_isinstance_narrowing_is_respected(tmp_path):
+    rc, out = _lint(tmp_path, """
+        import torch
+        def prep(image):
+            if isinstance(image, list) and image and isinstance(image[0], torch.Tensor):
+                image = torch.stack(image, dim=0)
+            elif isinstance(image, list) and image:
+                image = image[0]
+            return image
+        def profile(input_ids: torch.Tensor):
+            if isinstance(input_ids, torch.Tensor):
+                return input_ids.numel() == 0
+            else:
+                return not input_ids
         """)
     assert (rc, out) == (0, "")
 

@@ -122,7 +122,7 @@ def test_removed_stage_args_and_platform_override(tmp_path):
                 max_num_seqs: 1  # NPU graph capture supports one sequence
         """)
     rc, lines = _run(str(path))
-    assert [ln.split()[1] for ln in lines] == ["PKY102", "PKY101"]
+    assert rc == 1 and [ln.split()[1] for ln in lines] == ["PKY102", "PKY101"]
 
 
 def test_bad_yaml_is_a_finding_not_a_crash(tmp_path):
@@ -174,7 +174,7 @@ def test_test_file_with_tier_but_no_hardware(tmp_path):
             assert 1
         """)
     rc, lines = _run(str(path))
-    assert [ln.split()[1] for ln in lines] == ["PKT102"]
+    assert rc == 1 and [ln.split()[1] for ln in lines] == ["PKT102"]
 
 
 def test_test_file_with_markers_passes(tmp_path):

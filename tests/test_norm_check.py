@@ -13,7 +13,7 @@ from porting_kit.spec import Spec, load_spec
 LLAMA = str(Path(__file__).resolve().parents[1] / "examples" / "llama_meta.py")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def report(example):
     return run_check(example=example, only="rope,norm")
 

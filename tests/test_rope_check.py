@@ -14,7 +14,7 @@ from porting_kit.spec import Spec, load_spec
 LLAMA = str(Path(__file__).resolve().parents[1] / "examples" / "llama_meta.py")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def report(example=None, path=None, variant=None, only="rope,norm"):
     spec = load_spec(path, variant=variant) if path else load_spec(example=example)
     return run_check(spec, only=only)

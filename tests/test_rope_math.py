@@ -5,9 +5,21 @@ import math
 import pytest
 import torch
 
-from porting_kit.rotary import (HALF, INTERLEAVED, Structure, default_inv_freq, find_rotary, fit_base,
-                                fit_frequencies, garbage_reason, layout_permutation, measure_rotation,
-                                rotate, undo_reference_rotation, wrap)
+from porting_kit.rotary import (
+    HALF,
+    INTERLEAVED,
+    Structure,
+    default_inv_freq,
+    find_rotary,
+    fit_base,
+    fit_frequencies,
+    garbage_reason,
+    layout_permutation,
+    measure_rotation,
+    rotate,
+    undo_reference_rotation,
+    wrap,
+)
 
 
 def test_inv_freq_head_dim_64_base_1e4():

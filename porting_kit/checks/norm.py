@@ -147,7 +147,7 @@ def _structure(ref_used, cand_used, rcalls, ccalls) -> list[Finding]:
     if rp and cp:
         rpre, cpre = rp[0].fed_block_input, cp[0].fed_block_input
         if rpre != cpre:
-            name = lambda pre: "pre-norm" if pre else "post-norm"  # noqa: E731
+            name = lambda pre: "pre-norm" if pre else "post-norm"
             out.append(_fail("norm.placement",
                              f"The reference is {name(rpre)} (block {rp[0].block}: first norm "
                              f"{'is fed the block input' if rpre else 'sees x + sublayer(x)'}), the "

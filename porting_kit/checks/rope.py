@@ -44,10 +44,24 @@ from typing import Any
 
 from porting_kit.context import CheckContext
 from porting_kit.findings import Finding, Where, ok, skip
-from porting_kit.rotary import (HALF, INTERLEAVED, RotarySite, Structure, capture_cos_sin, capture_qk,
-                                find_rotary, fit_base, fit_frequencies, garbage_reason,
-                                measure_rotation, reference_inv_freq, rope_parameters, structures,
-                                undo_reference_rotation, wrap)
+from porting_kit.rotary import (
+    HALF,
+    INTERLEAVED,
+    RotarySite,
+    Structure,
+    capture_cos_sin,
+    capture_qk,
+    find_rotary,
+    fit_base,
+    fit_frequencies,
+    garbage_reason,
+    measure_rotation,
+    reference_inv_freq,
+    rope_parameters,
+    structures,
+    undo_reference_rotation,
+    wrap,
+)
 from porting_kit.sides import run_side
 
 P = "rope"
@@ -183,8 +197,9 @@ def _probe(ctx: CheckContext, pair, ref_sites: list[RotarySite]) -> tuple[Probe 
     if not rq or not cq:
         side = "reference" if not rq else "candidate"
         return None, f"no attention call (scaled_dot_product_attention / q @ k^T) seen in the {side}"
-    cos, sin, pos = cs[0]
+    cos, sin, pos = (None if t is None else t.cpu() for t in cs[0])
     r, c = rq[0], cq[0]
+    r.q, r.k, c.q, c.k = r.q.cpu(), r.k.cpu(), c.q.cpu(), c.k.cpu()  # small: one layer's q/k
     q_post, k_post = _match_shape(c.q, r.q), _match_shape(c.k, r.k)
     if q_post is None or k_post is None:
         return None, (f"attention q/k shapes differ: reference {tuple(r.q.shape)}/{tuple(r.k.shape)}, "
@@ -333,7 +348,7 @@ def _explain(pr: Probe, ref_site: RotarySite, th_q, th_k, e_ref, tol, evidence, 
 
     # 3. another rope_theta (the reference's scaling kept)
     w_c, _ = fit_frequencies(th_q, pos)
-    b_fit, e_theta, w_fit = _fit_theta(w_c, ref_site, rope_type, th_q, th_k, pos)
+    b_fit, e_theta, _ = _fit_theta(w_c, ref_site, rope_type, th_q, th_k, pos)
     evidence["candidate_rope_theta_fit"] = b_fit
     if math.isfinite(b_fit) and abs(b_fit / base_ref - 1) > 1e-2 and e_theta <= tol["angle"]:
         evidence.update({"reference_rope_theta": base_ref, "candidate_rope_theta": float(_nice(b_fit)),
@@ -505,7 +520,6 @@ def _grows(errs) -> bool:
 
 def _static_diagnosis(ref_sites, cand_sites, where: Where, why: str) -> Finding:
     """Compare stored frequency tables only (no forward capture was possible)."""
-    import torch
 
     if not ref_sites or not cand_sites:
         return skip(P, f"cannot compare RoPE: {why}; rotary tables found: reference "

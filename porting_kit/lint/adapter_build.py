@@ -17,7 +17,7 @@ import ast
 class BuildState:
     """Per ``build()``: the request parameter, names extracted from it, names read."""
 
-    __slots__ = ("request", "extracted", "loads")
+    __slots__ = ("extracted", "loads", "request")
 
     def __init__(self, request: str) -> None:
         self.request = request

@@ -91,8 +91,8 @@ class _YamlLint:
             return
         pos = self.key_pos(mapping, "max_num_seqs")
         if n < 4 and not (pos and self.has_reason(pos[0])):
-            self.report("PKY103", pos, f"max_num_seqs: {n} serialises the stage (audio gaps under load) "
-                                       "and no comment says why")
+            self.report("PKY103", pos, f"max_num_seqs: {n} serialises the stage and no comment says why "
+                                       "(an AR stage below 4 leaves audio gaps under load)")
 
     def check_stage(self, stage, where: str) -> None:
         if not isinstance(stage, dict):

@@ -15,8 +15,18 @@ from __future__ import annotations
 import ast
 from pathlib import PurePath
 
-from porting_kit.lint import (adapter_build, codec_precision, global_rng, host_sync, optional_deps,
-                              request_state, rope_buffers, stereo, test_markers, truthiness)
+from porting_kit.lint import (
+    adapter_build,
+    codec_precision,
+    global_rng,
+    host_sync,
+    optional_deps,
+    request_state,
+    rope_buffers,
+    stereo,
+    test_markers,
+    truthiness,
+)
 from porting_kit.lint.finding import LintFinding, apply_noqa
 
 _HOST_SIDE_PREFIXES = ("tokenization_", "processing_", "feature_extraction_", "image_processing_",
@@ -35,11 +45,28 @@ class Frame:
     Family-specific state is created lazily by the family modules.
     """
 
-    __slots__ = ("kind", "name", "node", "parent", "hot", "per_request", "loops", "autocast",
-                 "is_generator", "tensors", "tensor_dicts", "assigned", "pending_sync",
-                 "pending_seed", "restores_rng", "rope", "build", "training")
+    __slots__ = (
+        "assigned",
+        "autocast",
+        "build",
+        "hot",
+        "is_generator",
+        "kind",
+        "loops",
+        "name",
+        "node",
+        "parent",
+        "pending_seed",
+        "pending_sync",
+        "per_request",
+        "restores_rng",
+        "rope",
+        "tensor_dicts",
+        "tensors",
+        "training",
+    )
 
-    def __init__(self, kind: str, name: str, node: ast.AST | None, parent: "Frame | None"):
+    def __init__(self, kind: str, name: str, node: ast.AST | None, parent: Frame | None):
         self.kind = kind
         self.name = name
         self.node = node
@@ -59,7 +86,7 @@ class Frame:
         self.build = None
         self.training = 0
 
-    def enclosing_class(self) -> "Frame | None":
+    def enclosing_class(self) -> Frame | None:
         f = self
         while f is not None and f.kind != "class":
             f = f.parent
@@ -334,10 +361,15 @@ class Linter:
             test.__class__ is ast.BoolOp and isinstance(test.op, ast.And)
             and any(v.__class__ is ast.Attribute and v.attr == "training" for v in test.values))
         frame = self.frame
+        body_drop, else_drop = truthiness.isinstance_split(test, frame)
         frame.training += training
+        frame.tensors -= body_drop
         self.visit_list(node.body)
+        frame.tensors |= body_drop
         frame.training -= training
+        frame.tensors -= else_drop
         self.visit_list(node.orelse)
+        frame.tensors |= else_drop
         if _not_training_guard(node):
             frame.training += 1  # `if not self.training: return x` - the rest of the function is training-only
 

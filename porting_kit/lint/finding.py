@@ -64,8 +64,6 @@ def apply_noqa(findings: list[LintFinding], lines: list[str]) -> list[LintFindin
             kept.append(f)
             continue
         codes = noqa_codes(lines[f.line - 1])
-        if codes is None:
-            kept.append(f)
-        elif codes and not any(f.code.startswith(c) for c in codes):
+        if codes is None or codes and not any(f.code.startswith(c) for c in codes):
             kept.append(f)
     return kept

@@ -25,7 +25,7 @@ from porting_kit.lint.astutil import const_str, dotted, is_false, keyword
 class RopeState:
     """Per-class: candidate buffers and whether the class re-initialises them."""
 
-    __slots__ = ("candidates", "reinit", "hf_contract")
+    __slots__ = ("candidates", "hf_contract", "reinit")
 
     def __init__(self) -> None:
         self.candidates: list[ast.Call] = []

@@ -128,13 +128,12 @@ def select_codes(select: list[str] | None, ignore: list[str] | None) -> frozense
         return out
 
     enabled = expand(select) if select else set(RULES)
-    if ignore:
-        enabled -= expand(ignore)
-    if any(c.startswith("PK") and c[2:3].isdigit() and c != "PK000" for c in enabled) or \
-            any(c.startswith("PKT") for c in enabled):
-        if not ignore or "PK000" not in expand(ignore):
-            enabled.add("PK000")
-    if any(c.startswith("PKY") and c != "PKY000" for c in enabled):
-        if not ignore or "PKY000" not in expand(ignore):
-            enabled.add("PKY000")
+    ignored = expand(ignore) if ignore else set()
+    enabled -= ignored
+    python_rules = any((c.startswith("PK") and c[2:3].isdigit() and c != "PK000") or c.startswith("PKT")
+                       for c in enabled)
+    if python_rules and "PK000" not in ignored:
+        enabled.add("PK000")
+    if any(c.startswith("PKY") and c != "PKY000" for c in enabled) and "PKY000" not in ignored:
+        enabled.add("PKY000")
     return frozenset(enabled)

@@ -24,7 +24,7 @@ HARDWARE_HELPERS = ("hardware_test", "hardware_marks")
 class MarkState:
     """Which kinds of marker the file has used so far."""
 
-    __slots__ = ("tier", "hardware")
+    __slots__ = ("hardware", "tier")
 
     def __init__(self) -> None:
         self.tier = False

@@ -8,7 +8,12 @@ or was assigned from a ``torch.*`` factory / op or a tensor method in the same
 function. A ``.get()`` is flagged when the dict was built with tensor values in
 the same function, or (in a file that uses torch) when its key names a tensor
 payload (``audio``, ``codes``, ``input_ids``, ``hidden_states``, ``mask`` ...)
-and not a scalar (``*_id``, ``*_path``, ``*_rate``, ``text`` ...).
+and not a scalar or a list (``*_id``, ``*_path``, ``*_rate``, ``text``,
+``*_marks``, ``*_features`` ...). Image keys are not tensor-ish (serving code
+passes PIL images and lists); a typed fallback (``d.get(k, {})``,
+``d.get(k) or []``) or a preceding ``isinstance(x, list)`` says the value is
+not a tensor. Receivers that hold configuration (``cfg``, ``*_config``,
+``kwargs``, ``os.environ`` ...) are skipped.
 """
 
 from __future__ import annotations
@@ -19,28 +24,19 @@ import re
 from porting_kit.lint.astutil import const_str, dotted
 
 #: torch functions that return one tensor (not tuples, not dtypes or devices).
-TENSOR_FACTORIES = frozenset("""
-tensor as_tensor from_numpy zeros zeros_like ones ones_like empty empty_like full full_like arange linspace
-logspace eye cat concat concatenate stack hstack vstack randn rand randint randn_like rand_like randint_like
-multinomial where matmul mm bmm einsum softmax log_softmax sigmoid tanh argmax argmin clamp clip abs exp log
-sqrt cumsum cumprod flatten reshape squeeze unsqueeze transpose permute gather index_select masked_fill
-repeat_interleave tile roll flip diff outer polar complex view_as_real view_as_complex nonzero isin
-""".split())
+TENSOR_FACTORIES = frozenset(["tensor", "as_tensor", "from_numpy", "zeros", "zeros_like", "ones", "ones_like", "empty", "empty_like", "full", "full_like", "arange", "linspace", "logspace", "eye", "cat", "concat", "concatenate", "stack", "hstack", "vstack", "randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "multinomial", "where", "matmul", "mm", "bmm", "einsum", "softmax", "log_softmax", "sigmoid", "tanh", "argmax", "argmin", "clamp", "clip", "abs", "exp", "log", "sqrt", "cumsum", "cumprod", "flatten", "reshape", "squeeze", "unsqueeze", "transpose", "permute", "gather", "index_select", "masked_fill", "repeat_interleave", "tile", "roll", "flip", "diff", "outer", "polar", "complex", "view_as_real", "view_as_complex", "nonzero", "isin"])
 #: tensor methods that return a tensor.
-TENSOR_METHODS = frozenset("""
-to float half bfloat16 double long int bool cuda clone detach contiguous view reshape squeeze unsqueeze
-transpose permute flatten expand expand_as repeat sum mean abs exp log sqrt softmax argmax masked_fill
-index_select gather narrow type_as new_zeros new_ones new_full new_empty new_tensor
-""".split())
+TENSOR_METHODS = frozenset(["to", "float", "half", "bfloat16", "double", "long", "int", "bool", "cuda", "clone", "detach", "contiguous", "view", "reshape", "squeeze", "unsqueeze", "transpose", "permute", "flatten", "expand", "expand_as", "repeat", "sum", "mean", "abs", "exp", "log", "sqrt", "softmax", "argmax", "masked_fill", "index_select", "gather", "narrow", "type_as", "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor"])
 
 _TENSORISH_KEY = re.compile(
     r"(audio|wav|waveform|speech|codes?$|codec|codebook|token|ids$|embed|hidden|latent|logit|mask|"
-    r"image|pixel|video|tensor|feat|mel|spk|speaker_emb|array|prompt_audio|ref_code|states?$|cache)",
+    r"tensor|feat|mel|spk|speaker_emb|array|prompt_audio|ref_code|states?$|cache)",
     re.IGNORECASE)
 _SCALAR_KEY = re.compile(
     r"(_id|_path|_url|_uri|_name|_format|_type|_ms|_hz|_sec|_s|rate|_len|length|_size|_mode|_dir|"
     r"_file|_key|_str|text|voice|lang|language|_count|_num|_shape|_dim|_fps|_kwargs|_config|_cfg|"
-    r"frames|_steps|_seconds|_tokens|_chunk|_flag|_enabled)$|^(max_|min_|num_|n_|use_|enable_|is_|has_)",
+    r"frames|_steps|_seconds|_tokens|_chunk|_flag|_enabled|marks|features|_list)$|"
+    r"^(max_|min_|num_|n_|use_|enable_|is_|has_)",
     re.IGNORECASE)
 #: receivers that hold configuration or strings, never tensors
 _CONFIG_RECEIVER = re.compile(r"(^|\.)(os\.environ|environ|cfg|config|\w*_config|\w*_cfg|args|kwargs|params|"
@@ -156,15 +152,39 @@ def _check(lin, node: ast.AST) -> None:
                                       "value falls through (tensor(0)) or raises")
 
 
+def _narrowed(node: ast.AST) -> str | None:
+    """``x`` for ``isinstance(x, list)`` (any non-tensor type): ``x`` is not a tensor after it."""
+    if node.__class__ is ast.Call and node.func.__class__ is ast.Name and node.func.id == "isinstance" \
+            and len(node.args) == 2 and node.args[0].__class__ is ast.Name \
+            and "Tensor" not in dotted(node.args[1]):
+        return node.args[0].id
+    return None
+
+
+def isinstance_split(test: ast.AST, frame) -> tuple[set[str], set[str]]:
+    """Tensor names that are *not* tensors in the body / the else branch of ``if isinstance(x, T):``."""
+    if test.__class__ is ast.Call and test.func.__class__ is ast.Name and test.func.id == "isinstance" \
+            and len(test.args) == 2 and test.args[0].__class__ is ast.Name and test.args[0].id in frame.tensors:
+        name = {test.args[0].id}
+        return (set(), name) if "Tensor" in dotted(test.args[1]) else (name, set())
+    return set(), set()
+
+
 def on_boolop(lin, node: ast.BoolOp) -> None:
     """``a or b`` / ``a and b``: every operand but the last is tested for truth.
 
     ``d.get(k) or {}`` (a container or scalar literal last) says the value is
-    not a tensor; only names known to be tensors are checked then.
+    not a tensor; only names known to be tensors are checked then. In
+    ``isinstance(x, list) and x`` the name is narrowed and not checked.
     """
     typed = _typed_default(node.values[-1])
+    narrowed: set[str] = set()
     for value in node.values[:-1]:
-        if typed and value.__class__ is not ast.Name:
+        name = _narrowed(value)
+        if name is not None:
+            narrowed.add(name)
+            continue
+        if (typed and value.__class__ is not ast.Name) or (value.__class__ is ast.Name and value.id in narrowed):
             continue
         _check(lin, value)
 
@@ -172,5 +192,8 @@ def on_boolop(lin, node: ast.BoolOp) -> None:
 def on_test(lin, node: ast.AST) -> None:
     """``node`` is a condition (``if``/``while``/ternary/``assert``/``not``)."""
     while node.__class__ is ast.BoolOp:
+        narrowed = {_narrowed(v) for v in node.values[:-1]}
         node = node.values[-1]  # the others are checked by on_boolop
+        if node.__class__ is ast.Name and node.id in narrowed:
+            return
     _check(lin, node)
