@@ -2,55 +2,58 @@
 
 Copying every module output costs 25-54x two forwards on an H200 and keeping
 clones on the device grows with depth (DESIGN.md, quality bars). Instead one
-forward hook per module reduces each output (and its first input) to a
-fixed-size *summary* computed on the device, in the same pass:
+forward hook per module reduces its output to a fixed-size *sketch* on the
+device, in the same pass, with two small matrix products:
 
-* ``proj``: a sketch of the tensor viewed as ``x`` of shape ``(rows, d)``:
-  ``S @ x @ R`` with seeded Gaussian ``S`` of shape ``(8, rows)`` and ``R`` of
-  shape ``(d, 8)``, flattened to 64 numbers. ``S`` and ``R`` depend only on the
-  shape, so both sides use the same ones and ``||proj_a - proj_b|| / ||proj_b||``
-  estimates ``||a - b|| / ||b||`` (a Kronecker-structured Johnson-Lindenstrauss
-  projection: ``E||S X R||^2 = 64 ||X||^2``; with 64 numbers the estimate is
-  typically within ~20 %, ample to screen against tolerances that faults exceed
-  by orders of magnitude; the located pair is then compared in full);
-* ``norm`` (exact 2-norm), ``absmax``, ``nonfinite`` (NaN/Inf count).
+``proj = (S @ x) @ R`` for the output viewed as ``x`` of shape ``(rows, d)``,
+with seeded Gaussian ``S`` ``(8, rows)`` and ``R`` ``(d, 8)``: 64 numbers. ``S``
+and ``R`` depend only on the shape, so both sides use the same ones and
+``||proj_a - proj_b|| / ||proj_b||`` estimates ``||a - b|| / ||b||`` (a
+Kronecker-structured Johnson-Lindenstrauss projection, ``E||S X R||^2 =
+64 ||X||^2``; with 64 numbers the estimate is typically within ~20 %, ample to
+screen against tolerances that faults exceed by orders of magnitude). NaN/Inf
+in ``x`` propagate into the sketch, which is how they are detected; ``||x||``
+is estimated as ``||proj|| / 8``.
 
-All summaries of a pass are written into one preallocated device buffer (67
-floats a tensor), so the check's extra memory is that buffer plus one hook's
-transients, whatever the depth, and there is no host sync per module: the
-buffer is copied to the host once when the pass ends (:func:`finalize`). Full
-tensors are captured only on demand (:func:`capture_full`) for the one pair
-around a divergence. In bf16/fp16 the sketch's first product runs in the
-tensor's dtype (fp32 accumulation, result rounded to ~0.4 %), far below the
-low-precision tolerances.
+The sketches of a pass are written (``out=``) into one preallocated device
+buffer, so the check's extra memory is that buffer plus one product's
+transient ``(8, d)``, whatever the depth, and there is no host sync per module:
+the buffer goes to the host once when the pass ends. Full tensors are
+captured only on demand (:func:`capture_full`) for the few modules around a
+divergence. In bf16/fp16 the first product runs in the tensor's dtype (fp32
+accumulation, result rounded to ~0.4 %), far below the low-precision
+tolerances.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from porting_kit.compare import first_tensor
 
 SKETCH_ROWS = 8
 SKETCH_COLS = 8
 PROJ_K = SKETCH_ROWS * SKETCH_COLS
-_WIDTH = 3 + PROJ_K  # norm, absmax, nonfinite, proj
 _SEED = 20261129
 
 
 @dataclass
 class Summary:
-    """Summary of one tensor (see module docstring). After :func:`finalize`, ``norm``,
-    ``absmax`` are floats, ``nonfinite`` an int and ``proj`` a CPU float32 tensor of 64."""
+    """Sketch of one tensor (see module docstring).
+
+    After the pass: ``proj`` is a CPU float32 tensor of 64 numbers, ``norm`` the
+    estimated 2-norm (``||proj|| / 8``), ``nonfinite`` 1 when the tensor held NaN/Inf
+    (0 otherwise)."""
 
     shape: tuple[int, ...]
     dtype: str
     numel: int
     slot: int = -1
     norm: float = 0.0
-    absmax: float = 0.0
     nonfinite: int = 0
     proj: Any = field(default=None, repr=False)
 
@@ -67,68 +70,52 @@ class Record:
         Qualified module name (``""`` is the root, shown as ``<root>``).
     type : str
         Class name (``LlamaAttention``).
-    start, end : int
-        Call order (pre-hook counter) and completion order (post-hook counter).
+    end : int
+        Completion order (children complete before their parents).
     depth : int
         Number of dots in the name (+1; the root is 0).
-    inp, out : Summary or None
-        First tensor input / first tensor output, when there is one.
+    out : Summary or None
+        Sketch of the first tensor output, when there is a floating/complex one.
     """
 
     key: str
     name: str
     type: str
-    start: int
     end: int
     depth: int
-    inp: Summary | None
     out: Summary | None
 
 
 class _Sketcher:
-    """Seeded sketch matrices (one per size and device) and the summary buffer of one pass."""
+    """Seeded sketch matrices (one per size, dtype and device) and the buffer of one pass."""
 
-    def __init__(self) -> None:
+    def __init__(self, device) -> None:
+        import torch
+
         self._cache: dict[tuple[str, int, str, str], Any] = {}
-        self.buf = None
+        self._perm_cache: dict[str, Any] = {}
+        # created here, outside any torch.inference_mode a model's forward may enter: a buffer
+        # born inside it could not be written by the root module's hook, which runs outside
+        self.buf = torch.zeros(512, PROJ_K, device=device)
         self.n = 0
 
     def _mat(self, kind: str, size: int, device, dtype) -> Any:
         import torch
 
         key = (kind, size, str(device), str(dtype))
-        if key not in self._cache:
+        m = self._cache.get(key)
+        if m is None:
             g = torch.Generator().manual_seed(_SEED + 2 * size + (kind == "S"))
             shape = (SKETCH_ROWS, size) if kind == "S" else (size, SKETCH_COLS)
-            self._cache[key] = torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
-        return self._cache[key]
+            m = self._cache[key] = torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+        return m
 
-    def allocate(self, device) -> None:
-        """Create the buffer up front, outside any ``torch.inference_mode`` a model's forward
-        may enter (a buffer born inside it could not be written by the root module's hook,
-        which runs outside)."""
-        import torch
+    def summarize(self, t, name: str = "", col_perm=None) -> Summary:
+        """Write the sketch of tensor ``t`` [shape=(..., d)] into the buffer.
 
-        self.buf = torch.zeros(512, _WIDTH, device=device)
-
-    def slot(self, device) -> Any:
-        import torch
-
-        if self.buf is None:
-            self.allocate(device)
-        elif self.n >= self.buf.shape[0]:
-            grown = torch.zeros(2 * self.buf.shape[0], _WIDTH, device=self.buf.device)
-            grown[: self.n] = self.buf
-            self.buf = grown
-        self.n += 1
-        return self.n - 1
-
-    def summarize(self, t, col_perm=None) -> Summary:
-        """Write the summary of tensor ``t`` [shape=(..., d)] into the buffer.
-
-        ``col_perm`` (LongTensor (d,)): the tensor's last dimension holds the reference's
-        features reordered (feature ``j`` is reference feature ``col_perm[j]``); the sketch
-        then uses ``R[col_perm]`` so it equals the reference layout's sketch.
+        ``col_perm`` (LongTensor (d,)): the last dimension holds the reference's features
+        reordered (feature ``j`` is reference feature ``col_perm[j]``); the sketch then uses
+        ``R[col_perm]`` so it equals the sketch of the reference layout.
         """
         import torch
 
@@ -137,21 +124,27 @@ class _Sketcher:
             x = torch.view_as_real(x).flatten(-2)
         if x.dim() < 2:
             x = x.reshape(1, -1)
-        x = x.reshape(-1, x.shape[-1])
+        elif x.dim() > 2:
+            x = x.reshape(-1, x.shape[-1])
         if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             x = x.float()
-        i = self.slot(x.device)
-        row = self.buf[i]
+        if self.n >= self.buf.shape[0]:
+            grown = torch.zeros(2 * self.buf.shape[0], PROJ_K, device=self.buf.device)
+            grown[: self.n] = self.buf
+            self.buf = grown
+        i = self.n
+        self.n += 1
         if x.numel():
-            mn, mx = torch.aminmax(x)
-            row[0] = torch.linalg.vector_norm(x, dtype=torch.float32)
-            row[1] = torch.maximum(mn.abs(), mx.abs()).float()
-            row[2] = (~torch.isfinite(x)).sum()
-            sx = self._mat("S", x.shape[0], x.device, x.dtype) @ x          # (8, d)
+            sx = torch.mm(self._mat("S", x.shape[0], x.device, x.dtype), x)  # (8, d)
+            if sx.dtype != torch.float32:
+                sx = sx.float()
             r = self._mat("R", x.shape[1], x.device, torch.float32)
             if col_perm is not None and col_perm.numel() == x.shape[1]:
-                r = r[col_perm.to(x.device)]
-            row[3:] = (sx.float() @ r).reshape(-1)
+                r = self._perm_cache.get(name)
+                if r is None:
+                    r = self._perm_cache[name] = self._mat("R", x.shape[1], x.device,
+                                                           torch.float32)[col_perm.to(x.device)]
+            torch.mm(sx, r, out=self.buf[i].view(SKETCH_ROWS, SKETCH_COLS))
         return Summary(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
                        numel=t.numel(), slot=i)
 
@@ -163,6 +156,10 @@ def _first_input(args: tuple, kwargs: dict) -> Any:
     return t
 
 
+def _floating(t) -> bool:
+    return t is not None and (t.is_floating_point() or t.is_complex())
+
+
 @contextmanager
 def capture_summaries(model, records: list[Record], *, prefix: str = "",
                       output_permutation: dict[str, Any] | None = None) -> Iterator[None]:
@@ -171,67 +168,55 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "",
     ``output_permutation`` maps module names whose output features are a reordering of
     the reference's (see :class:`porting_kit.weights.WeightLoad`) to that reordering.
 
-    Use as ``with capture_summaries(model, recs): run(model, inputs)``; the hooks
-    are removed on exit, and the summaries are then moved to the host in one
-    transfer (:func:`finalize`).
+    Use as ``with capture_summaries(model, recs): run(model, inputs)``; the hooks are
+    removed on exit and the sketches copied to the host in one transfer.
     """
     import torch
 
-    sketcher = _Sketcher()
-    perms = output_permutation or {}
     first = next(iter(model.parameters()), None)
-    sketcher.allocate(first.device if first is not None else "cpu")
-    counter = {"start": 0, "end": 0}
+    sketcher = _Sketcher(first.device if first is not None else "cpu")
+    perms = output_permutation or {}
     calls: dict[str, int] = {}
-    stacks: dict[int, list[int]] = {}
     handles = []
 
-    def make_hooks(name: str):
-        def pre(module, args, kwargs):
-            stacks.setdefault(id(module), []).append(counter["start"])
-            counter["start"] += 1
-
-        def post(module, args, kwargs, output):
-            start = stacks[id(module)].pop()
+    def make_hook(name: str, type_name: str, depth: int, perm) -> Callable:
+        def post(module, args, output):
             n = calls.get(name, 0)
             calls[name] = n + 1
-            key = name if n == 0 else f"{name}#{n}"
             out = first_tensor(output)
-            inp = _first_input(args, kwargs)
-            floating = lambda t: t is not None and (t.is_floating_point() or t.is_complex())  # noqa: E731
             records.append(Record(
-                key=key, name=name, type=type(module).__name__, start=start, end=counter["end"],
-                depth=0 if not name else name.count(".") + 1,
-                inp=sketcher.summarize(inp) if floating(inp) else None,
-                out=sketcher.summarize(out, perms.get(name)) if floating(out) else None))
-            counter["end"] += 1
-
-        return pre, post
+                key=name if n == 0 else f"{name}#{n}", name=name, type=type_name, end=len(records),
+                depth=depth, out=sketcher.summarize(out, name, perm) if _floating(out) else None))
+        return post
 
     try:
         for name, module in model.named_modules():
-            pre, post = make_hooks(prefix + name)
-            handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-            handles.append(module.register_forward_hook(post, with_kwargs=True))
+            full = prefix + name
+            handles.append(module.register_forward_hook(
+                make_hook(full, type(module).__name__, 0 if not full else full.count(".") + 1,
+                          perms.get(full))))
         with torch.no_grad():
             yield
     finally:
         for h in handles:
             h.remove()
-    finalize(records, sketcher)
+    _finalize(records, sketcher)
 
 
-def finalize(records: list[Record], sketcher: _Sketcher) -> None:
-    """Copy the pass's summary buffer to the host once and fill each :class:`Summary`."""
-    if sketcher.buf is None:
-        return
+def _finalize(records: list[Record], sketcher: _Sketcher) -> None:
+    """Copy the pass's sketch buffer to the host once and fill each :class:`Summary`."""
+    import torch
+
     host = sketcher.buf[: sketcher.n].cpu()
-    scal = host[:, :3].tolist()
+    finite = torch.isfinite(host).all(dim=1).tolist()
+    norms = (torch.nan_to_num(host, nan=0.0, posinf=0.0, neginf=0.0).norm(dim=1)
+             / math.sqrt(PROJ_K)).tolist()
     for r in records:
-        for s in (r.inp, r.out):
-            if s is not None and s.slot >= 0:
-                s.norm, s.absmax, s.nonfinite = scal[s.slot][0], scal[s.slot][1], int(scal[s.slot][2])
-                s.proj = host[s.slot, 3:]
+        s = r.out
+        if s is not None and s.slot >= 0:
+            s.proj = host[s.slot]
+            s.norm = norms[s.slot]
+            s.nonfinite = 0 if finite[s.slot] else 1
 
 
 def estimate_rel_err(ref: Summary, cand: Summary) -> float:
@@ -246,8 +231,6 @@ def estimate_rel_err(ref: Summary, cand: Summary) -> float:
 
 def estimate_abs_err(ref: Summary, cand: Summary) -> float:
     """Projected estimate of ``||a - b||_2`` (the projection scales norms by sqrt(k))."""
-    import math
-
     if ref.shape != cand.shape or ref.proj.shape != cand.proj.shape:
         return float("inf")
     return float((cand.proj - ref.proj).norm()) / math.sqrt(PROJ_K)

@@ -8,8 +8,8 @@ stderr, no traceback unless ``--debug``).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import typer
 from rich.console import Console
@@ -40,7 +40,7 @@ def _guard(fn: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted", markup=False)
         return EXIT_INPUT
-    except Exception as exc:  # noqa: BLE001 - never a traceback without --debug
+    except Exception as exc:
         if _DEBUG["on"]:
             raise
         err_console.print(f"error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
@@ -70,14 +70,14 @@ def _root(ctx: typer.Context,
 
 
 @app.command()
-def check(spec: Optional[Path] = typer.Argument(None, help="Port spec .py file (default: the embedded example)."),
-          example: Optional[str] = typer.Option(None, "--example", "-e",
+def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (default: the embedded example)."),
+          example: str | None = typer.Option(None, "--example", "-e",
                                                 help="Embedded example, optionally with a variant: tts, tts:qk_not_permuted."),
-          variant: Optional[str] = typer.Option(None, "--variant", help="Planted-fault variant declared by the spec."),
-          only: Optional[str] = typer.Option(None, "--only", help="Comma-separated families: config,parity,rope,norm,hop,channel,dtype,rng,lifecycle."),
-          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the JSON report here."),
+          variant: str | None = typer.Option(None, "--variant", help="Planted-fault variant declared by the spec."),
+          only: str | None = typer.Option(None, "--only", help="Comma-separated families: config,parity,rope,norm,hop,channel,dtype,rng,lifecycle."),
+          json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here."),
           device: str = typer.Option("cpu", "--device", help="Torch device: cpu, cuda, cuda:1."),
-          dtype: Optional[str] = typer.Option(None, "--dtype", help="Serving dtype: float32, bfloat16, float16."),
+          dtype: str | None = typer.Option(None, "--dtype", help="Serving dtype: float32, bfloat16, float16."),
           debug: bool = typer.Option(False, "--debug", help="Show tracebacks.")):
     """Compare the candidate port against the HF reference and name the fault."""
     _DEBUG["on"] = _DEBUG["on"] or debug
@@ -125,10 +125,10 @@ def examples():
 @app.command()
 def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC)."),
           cand: Path = typer.Argument(..., help="Candidate audio file (WAV/FLAC)."),
-          hop_length: Optional[int] = typer.Option(None, "--hop-length", help="Codec hop length in samples."),
-          sample_rate: Optional[int] = typer.Option(None, "--sample-rate", help="Expected sample rate in Hz."),
-          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the JSON report here."),
-          plot: Optional[Path] = typer.Option(None, "--plot", help="Write waveform/spectrogram plots (PNG) here.")):
+          hop_length: int | None = typer.Option(None, "--hop-length", help="Codec hop length in samples."),
+          sample_rate: int | None = typer.Option(None, "--sample-rate", help="Expected sample rate in Hz."),
+          json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here."),
+          plot: Path | None = typer.Option(None, "--plot", help="Write waveform/spectrogram plots (PNG) here.")):
     """Compare two audio files: length, sample rate, channels, lag, SNR, log-mel distance."""
 
     def body() -> int:
@@ -145,8 +145,8 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
 
 
 @baseline_app.command("record")
-def baseline_record(spec: Optional[Path] = typer.Argument(None, help="Port spec (default: embedded example)."),
-                    example: Optional[str] = typer.Option(None, "--example", "-e"),
+def baseline_record(spec: Path | None = typer.Argument(None, help="Port spec (default: embedded example)."),
+                    example: str | None = typer.Option(None, "--example", "-e"),
                     out: Path = typer.Option(Path("reference_audio"), "--out", help="Baseline folder."),
                     force: bool = typer.Option(False, "--force", help="Replace an existing baseline (a .bak is kept).")):
     """Save the reference's audio with a sidecar (sample rate, seed, inputs, sha256, versions)."""
@@ -163,11 +163,11 @@ def baseline_record(spec: Optional[Path] = typer.Argument(None, help="Port spec 
 
 
 @baseline_app.command("compare")
-def baseline_compare(spec: Optional[Path] = typer.Argument(None, help="Port spec (default: embedded example)."),
-                     example: Optional[str] = typer.Option(None, "--example", "-e"),
-                     variant: Optional[str] = typer.Option(None, "--variant"),
+def baseline_compare(spec: Path | None = typer.Argument(None, help="Port spec (default: embedded example)."),
+                     example: str | None = typer.Option(None, "--example", "-e"),
+                     variant: str | None = typer.Option(None, "--variant"),
                      out: Path = typer.Option(Path("reference_audio"), "--out", help="Baseline folder."),
-                     json_path: Optional[Path] = typer.Option(None, "--json")):
+                     json_path: Path | None = typer.Option(None, "--json")):
     """Compare the candidate's audio to the recorded baseline."""
 
     def body() -> int:

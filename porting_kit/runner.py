@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from porting_kit.context import CheckContext
 from porting_kit.errors import InputError

@@ -3,7 +3,10 @@
 A spec is a plain module. Required for layer parity: ``reference()``,
 ``candidate()``, ``inputs()``. Optional names: ``convert_weights``,
 ``run_reference`` / ``run_candidate``, ``module_map``, ``tolerances``, the audio
-names, ``engine_model``, ``synthesize_candidate`` / ``synthesize_reference``,
+names (``codes``, ``decode_reference``, ``decode_candidate``, ``hop_length`` or
+``codec_config``, optional ``decode_candidate_stream`` with ``stream_chunk_frames``
+/ ``stream_context_frames``, ``codec_candidate``; README "Port spec: audio names",
+:mod:`porting_kit.audio_spec`), ``engine_model``, ``synthesize_candidate`` / ``synthesize_reference``,
 ``reference_config`` / ``candidate_config``. A spec that only defines the
 generator-style names (``engine_model`` or ``synthesize_candidate``) is valid:
 parity is then reported as ``skip``.
@@ -24,10 +27,11 @@ import importlib
 import importlib.util
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from porting_kit.errors import InputError
 
@@ -86,7 +90,7 @@ class Spec:
             return fn(*args, **kwargs)
         except InputError:
             raise
-        except Exception as exc:  # noqa: BLE001 - reported as one line, exit 2
+        except Exception as exc:
             raise InputError(f"{self.name}: {attr}() raised {type(exc).__name__}: {exc}") from exc
 
 
@@ -101,7 +105,7 @@ def _import_file(path: Path) -> ModuleType:
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         sys.modules.pop(mod_name, None)
         raise InputError(f"{path}: spec failed to import: {type(exc).__name__}: {exc}") from exc
     finally:

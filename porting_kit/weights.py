@@ -31,8 +31,9 @@ not need at all go in ``unused_reference_weights``.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from porting_kit.errors import InputError
 from porting_kit.spec import Spec
@@ -173,7 +174,7 @@ def load_weights(spec: Spec, reference, candidate) -> WeightLoad:
             items = _Tracking(ref_sd.items())
             try:
                 candidate.load_weights(items)
-            except Exception as exc:  # noqa: BLE001 - the load itself failed: exit 2
+            except Exception as exc:
                 where = ""
                 if items.last is not None:
                     where = f" while loading {items.last[0]} (shape {tuple(items.last[1].shape)})"

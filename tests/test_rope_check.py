@@ -175,7 +175,7 @@ def test_json_report_carries_evidence_and_hint(tmp_path):
     from porting_kit.cli import main
 
     out = tmp_path / "r.json"
-    rc = main(["check", "--example", "tts:rope_theta_default", "--only", "config,rope",
+    rc = main(["check", "--example", "tts:rope_theta_default", "--only", "config,parity,rope",
                "--json", str(out)])
     assert rc == 1
     data = json.loads(out.read_text())
@@ -184,3 +184,35 @@ def test_json_report_carries_evidence_and_hint(tmp_path):
     assert "rope_parameters" in by["rope.theta_mismatch"]["hint"]
     assert by["config.mismatch"]["evidence"]["key"] == "rope_theta"
     assert by["rope.theta_mismatch"]["where"]["candidate"] == "talker.layers.0.attn.rotary_emb"
+    # the diagnosis accompanies the first divergence, it does not replace it
+    fd = data["first_divergence"]
+    assert fd is not None and "parity.first_divergence" in by
+    assert by["rope.theta_mismatch"]["evidence"]["first_divergence"] == (
+        f"{fd['reference_module']} ~ {fd['candidate_module']}")
+
+
+def _site(inv_freq, dtype="float32"):
+    from porting_kit.rotary import RotarySite
+
+    return RotarySite("rot.inv_freq", "inv_freq", inv_freq, dtype, None)
+
+
+def test_static_fallback_compares_tables():
+    """Without an attention call to capture, the stored tables are compared."""
+    import torch
+
+    from porting_kit.checks.rope import _static_diagnosis
+    from porting_kit.findings import Where
+    from porting_kit.rotary import default_inv_freq
+
+    ref = [_site(default_inv_freq(1e6, 16))]
+    why = "no attention call seen"
+    f = _static_diagnosis(ref, [_site(default_inv_freq(1e4, 16))], Where(), why)
+    assert f.code == "rope.theta_mismatch"
+    assert (f.evidence["reference_rope_theta"], f.evidence["candidate_rope_theta"]) == (1e6, 1e4)
+    assert _static_diagnosis(ref, [_site(default_inv_freq(1e6, 8))], Where(), why).code == \
+        "rope.partial_rotary_mismatch"
+    assert _static_diagnosis(ref, [_site(default_inv_freq(1e6, 16))], Where(), why).code == "rope.ok"
+    bf16 = default_inv_freq(1e6, 16).to(torch.bfloat16).double()
+    assert _static_diagnosis(ref, [_site(bf16, "bfloat16")], Where(), why).code == "rope.low_precision"
+    assert _static_diagnosis(ref, [], Where(), why).code == "rope.skipped"

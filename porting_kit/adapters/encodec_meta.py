@@ -123,8 +123,12 @@ def build_meta_encodec(hf_config, num_quantizers: int | None = None):
                   dilation_base=hf_config.dilation_growth_rate, causal=hf_config.use_causal_conv,
                   pad_mode=hf_config.pad_mode, compress=hf_config.compress,
                   lstm=hf_config.num_lstm_layers, true_skip=not hf_config.use_conv_shortcut)
-    encoder = m.SEANetEncoder(**common)
-    decoder = m.SEANetDecoder(**common, trim_right_ratio=hf_config.trim_right_ratio)
+    import warnings
+
+    with warnings.catch_warnings():  # encodec uses the deprecated torch.nn.utils.weight_norm
+        warnings.simplefilter("ignore", FutureWarning)
+        encoder = m.SEANetEncoder(**common)
+        decoder = m.SEANetDecoder(**common, trim_right_ratio=hf_config.trim_right_ratio)
     n_q = num_quantizers or hf_config.num_quantizers
     quantizer = qt.ResidualVectorQuantizer(dimension=hf_config.hidden_size, n_q=n_q,
                                            bins=hf_config.codebook_size)

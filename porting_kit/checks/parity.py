@@ -25,8 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from porting_kit.align import AlignedPair, Alignment, align
-from porting_kit.capture import (Record, capture_full, capture_summaries, estimate_abs_err,
-                                 estimate_rel_err)
+from porting_kit.capture import (
+    Record,
+    capture_full,
+    capture_summaries,
+    estimate_abs_err,
+    estimate_rel_err,
+)
 from porting_kit.compare import describe_mismatch, first_tensor, tensor_metrics
 from porting_kit.context import CheckContext
 from porting_kit.errors import InputError
@@ -59,13 +64,14 @@ class LoadedPair:
 
 @dataclass
 class PairStat:
-    """An aligned pair with its screened error (projected estimates)."""
+    """An aligned pair with its screened error (sketch estimates, :mod:`porting_kit.capture`).
+
+    ``input_flagged`` is known only for the pair that was located (full re-run)."""
 
     pair: AlignedPair
     rel_err: float
     abs_err: float
     flagged: bool
-    input_rel_err: float | None = None
     input_flagged: bool = False
 
 
@@ -164,7 +170,7 @@ def _run(spec, side: str, model, inputs):
     else:
         try:
             out = model(**inputs)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise InputError(f"{spec.name}: {side} forward model(**inputs) raised "
                              f"{type(exc).__name__}: {exc}; define run_{side}(model, inputs)") from exc
     t = first_tensor(out)
@@ -193,33 +199,62 @@ def _screen(p: AlignedPair, tol: Tolerance) -> PairStat:
     r, c = p.reference.out, p.candidate.out
     rel = estimate_rel_err(r, c)
     ab = estimate_abs_err(r, c)
-    nan_mismatch = (r.nonfinite > 0) != (c.nonfinite > 0) or (r.nonfinite and c.nonfinite)
-    flagged = bool(nan_mismatch) or ab > tol.tensor_bound(r.numel, r.norm)
-    st = PairStat(p, rel, ab, flagged)
-    ri, ci = p.reference.inp, p.candidate.inp
-    if ri is not None and ci is not None and ri.shape == ci.shape:
-        st.input_rel_err = estimate_rel_err(ri, ci)
-        nan_in = (ri.nonfinite > 0) != (ci.nonfinite > 0)
-        st.input_flagged = bool(nan_in) or estimate_abs_err(ri, ci) > tol.tensor_bound(ri.numel, ri.norm)
-    return st
+    nonfinite = bool(r.nonfinite or c.nonfinite)
+    flagged = nonfinite or ab > tol.tensor_bound(r.numel, r.norm)
+    return PairStat(p, rel, ab, flagged)
 
 
 def _is_ancestor(a: str, b: str) -> bool:
-    return a == "" and b != "" or b.startswith(a + ".")
+    return (a == "" and b != "") or b.startswith(a + ".")
 
 
-def _locate(stats: list[PairStat], first: PairStat) -> PairStat:
-    """The pair that holds the fault: ``first`` itself when its input matched, else its
-    nearest aligned comparable ancestor (the fault is in that ancestor's own code)."""
-    if not first.input_flagged:
-        return first
-    r, c = first.pair.reference.name, first.pair.candidate.name
-    ancestors = [s for s in stats
-                 if _is_ancestor(s.pair.reference.name, r) and _is_ancestor(s.pair.candidate.name, c)
-                 and s.flagged]
-    if not ancestors:
-        return first
-    return max(ancestors, key=lambda s: s.pair.reference.depth)
+def _ancestors(stats: list[PairStat], st: PairStat) -> list[PairStat]:
+    """Aligned comparable pairs enclosing ``st`` on both sides, innermost first."""
+    r, c = st.pair.reference.name, st.pair.candidate.name
+    anc = [s for s in stats if s is not st and _is_ancestor(s.pair.reference.name, r)
+           and _is_ancestor(s.pair.candidate.name, c)]
+    return sorted(anc, key=lambda s: -s.pair.reference.depth)
+
+
+def _locate(spec, pair: LoadedPair, stats: list[PairStat], first: PairStat,
+            tol: Tolerance) -> tuple[PairStat, dict | None]:
+    """Re-run both models once, capturing the full tensors of ``first`` and its aligned
+    ancestors. When ``first``'s input already differed, the fault is in the own code of
+    the nearest flagged ancestor (attention math between ``q_proj`` and ``o_proj``, a
+    residual add): that ancestor is the location. Returns (location, its full metrics)."""
+    anc = _ancestors(stats, first)
+    group = [first] + anc
+    got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in group},
+                         {s.pair.candidate.key for s in group})
+
+    def metrics(st: PairStat, which: int) -> dict | None:
+        r = got_r.get(st.pair.reference.key, (None, None))[which]
+        c = got_c.get(st.pair.candidate.key, (None, None))[which]
+        if r is None or c is None or tuple(r.shape) != tuple(c.shape):
+            return None
+        if which == 1:
+            perm = pair.weights.output_permutation.get(st.pair.candidate.name)
+            if perm is not None and perm.numel() == c.shape[-1]:
+                import torch
+
+                c = c[..., torch.argsort(perm.to(c.device))]  # back to the reference's order
+        return tensor_metrics(r, c, tol)
+
+    m_in = metrics(first, 0)
+    first.input_flagged = bool(m_in is not None and not m_in["within_tolerance"])
+    if first.input_flagged:
+        for a in anc:
+            if a.flagged:
+                return a, metrics(a, 1)
+    return first, metrics(first, 1)
+
+
+def _full(spec, pair: LoadedPair, ref_keys: set[str], cand_keys: set[str]):
+    with capture_full(pair.reference, ref_keys) as got_r:
+        _run(spec, "reference", pair.reference, pair.inputs)
+    with capture_full(pair.candidate, cand_keys) as got_c:
+        _run(spec, "candidate", pair.candidate, pair.inputs)
+    return got_r, got_c
 
 
 def get_result(ctx: CheckContext) -> ParityResult:
@@ -256,7 +291,6 @@ def get_result(ctx: CheckContext) -> ParityResult:
         output_metric = tensor_metrics(out_r, out_c, tol)
     else:
         output_metric = None
-    nan_origin = {"reference": _nan_origin(rrec), "candidate": _nan_origin(crec)}
     timing["compare"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -266,13 +300,14 @@ def get_result(ctx: CheckContext) -> ParityResult:
         if not pending:
             break
         cand_first = pending[0]
-        loc = _locate(stats, cand_first)
-        m = _full_metrics(spec, pair, loc.pair, tol)
+        loc, m = _locate(spec, pair, stats, cand_first, tol)
         if m is None or not m["within_tolerance"]:
             first, first_flagged, metric = loc, cand_first, m
             break
-        # a false alarm of the projected screen: drop this module and what it located
+        # a false alarm of the sketch screen: drop this module and what it located
         pending = [s for s in pending if s is not cand_first and s is not loc]
+    nan_origin = {"reference": _nan_origin(spec, pair, "reference", rrec),
+                  "candidate": _nan_origin(spec, pair, "candidate", crec)}
     timing["locate"] = time.perf_counter() - t0
 
     result = ParityResult(pair=pair, alignment=alignment, stats=stats, first_divergence=first,
@@ -283,29 +318,28 @@ def get_result(ctx: CheckContext) -> ParityResult:
     return result
 
 
-def _nan_origin(records: list[Record]) -> Record | None:
-    for r in records:  # completion order: innermost first
-        if r.out is not None and r.out.nonfinite > 0 and (r.inp is None or r.inp.nonfinite == 0):
-            return r
-    return None
+def _nan_origin(spec, pair: LoadedPair, side: str, records: list[Record]) -> Record | None:
+    """The first module (completion order: innermost first) whose output holds NaN/Inf.
+    When its input already held NaN/Inf (made by the parent's own code between its
+    children), the parent is the origin; that is checked by one re-run of this side."""
+    import torch
 
-
-def _full_metrics(spec, pair: LoadedPair, ap: AlignedPair, tol: Tolerance) -> dict | None:
-    """Re-run both forwards capturing the full outputs of one aligned pair only."""
-    with capture_full(pair.reference, {ap.reference.key}) as got_r:
-        _run(spec, "reference", pair.reference, pair.inputs)
-    with capture_full(pair.candidate, {ap.candidate.key}) as got_c:
-        _run(spec, "candidate", pair.candidate, pair.inputs)
-    r = got_r.get(ap.reference.key, (None, None))[1]
-    c = got_c.get(ap.candidate.key, (None, None))[1]
-    if r is None or c is None or tuple(r.shape) != tuple(c.shape):
+    first = next((r for r in records if r.out is not None and r.out.nonfinite), None)
+    if first is None:
         return None
-    perm = pair.weights.output_permutation.get(ap.candidate.name)
-    if perm is not None and perm.numel() == c.shape[-1]:
-        import torch
-
-        c = c[..., torch.argsort(perm.to(c.device))]  # back to the reference's feature order
-    return tensor_metrics(r, c, tol)
+    model = getattr(pair, side)
+    with capture_full(model, {first.key}) as got:
+        _run(spec, side, model, pair.inputs)
+    inp = got.get(first.key, (None, None))[0]
+    if inp is not None and (inp.is_floating_point() or inp.is_complex()) \
+            and not bool(torch.isfinite(inp).all()):
+        names = {r.name: r for r in records}
+        parent = first.name
+        while parent:
+            parent = parent.rsplit(".", 1)[0] if "." in parent else ""
+            if parent in names:
+                return names[parent]
+    return first
 
 
 def _display(name: str) -> str:
@@ -331,7 +365,6 @@ def alignment_table(result: ParityResult) -> list[dict[str, Any]]:
             "reference_type": p.reference.type, "candidate_type": p.candidate.type, "source": p.source,
             "shape": str(p.reference.out.shape if p.reference.out is not None else None),
             "rel_err": None if s is None else s.rel_err,
-            "input_rel_err": None if s is None else s.input_rel_err,
             "status": "not compared" if s is None else ("differs" if s.flagged else "match"),
         })
     return rows
@@ -382,7 +415,7 @@ def run(ctx: CheckContext) -> list[Finding]:
                 f"The {side}'s first NaN/Inf appears in the output of {_display(rec.key)} "
                 f"({rec.type}) while its input was finite.",
                 evidence={"side": side, "module": _display(rec.key), "type": rec.type,
-                          "nonfinite": rec.out.nonfinite, "numel": rec.out.numel},
+                          "numel": rec.out.numel},
                 where=Where(**{side: _display(rec.key)}),
                 hint="Look at this module's own code: an uninitialised buffer (e.g. RoPE inv_freq after "
                      "meta-device init), a division by zero, or an overflow in low precision."))

@@ -51,6 +51,7 @@ from porting_kit.rotary import (
     Structure,
     capture_cos_sin,
     capture_qk,
+    default_inv_freq,
     find_rotary,
     fit_base,
     fit_frequencies,
@@ -348,7 +349,7 @@ def _explain(pr: Probe, ref_site: RotarySite, th_q, th_k, e_ref, tol, evidence, 
 
     # 3. another rope_theta (the reference's scaling kept)
     w_c, _ = fit_frequencies(th_q, pos)
-    b_fit, e_theta, _ = _fit_theta(w_c, ref_site, rope_type, th_q, th_k, pos)
+    b_fit, e_theta = _fit_theta(w_c, ref_site, rope_type, th_q, th_k, pos, tol["angle"])
     evidence["candidate_rope_theta_fit"] = b_fit
     if math.isfinite(b_fit) and abs(b_fit / base_ref - 1) > 1e-2 and e_theta <= tol["angle"]:
         evidence.update({"reference_rope_theta": base_ref, "candidate_rope_theta": float(_nice(b_fit)),
@@ -454,29 +455,33 @@ def _best_offset(theta_c, w_ref, pos) -> tuple[int, float]:
     return int(ks[i]), float(err[i])
 
 
-def _fit_theta(w_c, ref_site, rope_type, th_q, th_k, pos) -> tuple[float, float, Any]:
-    """The base that, with the reference's scaling kept, best explains the candidate's angles."""
+def _fit_theta(w_c, ref_site, rope_type, th_q, th_k, pos, tol: float) -> tuple[float, float]:
+    """The base that, with the reference's scaling kept, best explains the candidate's angles.
+
+    The fitted base is tried rounded to 1, 2 and 3 significant digits first; the simplest one
+    within ``tol`` wins (bfloat16 angles fit 9930 as well as 10000). Returns (base, error in rad).
+    """
     import torch
 
     b0, _ = fit_base(w_c)
     if not math.isfinite(b0):
-        return float("nan"), float("inf"), None
-    cands = [b0, float(_nice(b0))]
+        return float("nan"), float("inf")
+    raw = [b0]
     if rope_type not in (None, "default"):
         grid = torch.logspace(2, 8, 121, dtype=torch.float64).tolist()
-        best = min(grid, key=lambda b: _table_err(reference_inv_freq(ref_site, base=b), w_c))
-        cands += [best, float(_nice(best))]
-    best_b, best_e, best_w = float("nan"), float("inf"), None
+        raw.append(min(grid, key=lambda b: _table_err(reference_inv_freq(ref_site, base=b), w_c)))
+    cands = [float(f"{b:.{d}g}") for d in (1, 2, 3) for b in raw] + raw
+    errors = []
     for b in cands:
-        w = (reference_inv_freq(ref_site, base=b) if rope_type not in (None, "default") else None)
+        w = reference_inv_freq(ref_site, base=b) if rope_type not in (None, "default") else None
         if w is None or w.numel() != w_c.numel():
-            from porting_kit.rotary import default_inv_freq
-
             w = default_inv_freq(b, 2 * w_c.numel())
         e = _angle_error_hyp(th_q, th_k, pos, w)
-        if e < best_e - 1e-12:
-            best_b, best_e, best_w = b, e, w
-    return best_b, best_e, best_w
+        if e <= tol:
+            return b, e
+        errors.append((e, b))
+    e, b = min(errors)
+    return b, e
 
 
 def _table_err(w, w_c) -> float:
