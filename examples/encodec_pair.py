@@ -74,14 +74,19 @@ def reference():
 
 def candidate():
     """Meta ``encodec.EncodecModel`` of the same layout (weights set by the tool)."""
-    m = build_meta_encodec(reference().config, NUM_CODEBOOKS)
+    m = build_meta_encodec(reference().config)
     return m.to(torch.bfloat16) if VARIANT == "bf16" else m
 
 
 def convert_weights(reference_state_dict):
     """HF -> Meta names (inverse of transformers' conversion script)."""
-    meta = build_meta_encodec(reference().config, NUM_CODEBOOKS)
+    meta = build_meta_encodec(reference().config)
     return convert_hf_to_meta(reference_state_dict, meta)
+
+
+#: SEANet layers align by index (HF EncodecResnetBlock = Meta SEANetResnetBlock, not its inner
+#: ``.block`` Sequential, which the automatic call-order alignment would pick).
+module_map = [("decoder.layers.{i}", "decoder.model.{i}"), ("encoder.layers.{i}", "encoder.model.{i}")]
 
 
 def inputs():
@@ -107,7 +112,7 @@ def _models():
     """(reference, candidate with converted weights), built once per loaded spec."""
     if "pair" not in _CACHE:
         ref = reference()
-        meta = build_meta_encodec(ref.config, NUM_CODEBOOKS)
+        meta = build_meta_encodec(ref.config)
         meta.load_state_dict(convert_hf_to_meta(ref.state_dict(), meta))
         if VARIANT == "bf16":
             meta = meta.to(torch.bfloat16)

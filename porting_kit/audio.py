@@ -377,8 +377,8 @@ def analyse_waveforms(reference: Any, candidate: Any, sr_ref: int, sr_cand: int,
     # 3. channel layout.
     if ref.shape[0] > 1 and cand.shape[0] == 1:
         cand, layout = _channel_layout(ref, cand, sr_ref, cmp, names)
-        if layout in ("interleaved", "channel_major"):
-            return _finish(cmp, ref.mean(axis=0, keepdims=True), None, t0)
+        if layout in ("interleaved", "channel_major"):  # nothing left to align: plot as served
+            return _finish(cmp, ref.mean(axis=0, keepdims=True), cand, t0)
         ref = ref.mean(axis=0, keepdims=True) if layout != "first" else ref[[int(m["downmix_channel"])]]
     elif ref.shape[0] == 1 and cand.shape[0] > 1:
         cmp.findings.append(_finding(

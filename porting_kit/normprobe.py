@@ -170,6 +170,8 @@ class Fingerprint:
     bf16_error : float or None
         Row-common relative error of the module in bfloat16 against itself
         in float64 (:func:`bf16_error`; ``None`` when it cannot run in those dtypes).
+    outputs : torch.Tensor [shape=(77, D)] float64
+        The module's outputs on the probe rows (random rows, then alternating rows).
     """
 
     kind: str
@@ -179,6 +181,7 @@ class Fingerprint:
     residual: float
     rel_diff_kinds: dict
     bf16_error: float | None
+    outputs: Any = field(repr=False, default=None)
 
 
 def _call(mod, x):
@@ -238,7 +241,7 @@ def fingerprint(module, dim: int) -> Fingerprint:
         kind = "unknown"
     eps = _fit_eps(alt, ya, a, c, scales)
     return Fingerprint(kind, a, c, eps, res, {k: v[2] for k, v in fits.items()},
-                       bf16_error(module, dim))
+                       bf16_error(module, dim), torch.cat([y, ya], 0))
 
 
 def _ls_fit(n, y):

@@ -184,8 +184,7 @@ def save_audio_comparison(comparison, path) -> None:
     fig = plt.figure(figsize=(14, 6.5))
     top = fig.add_subplot(2, 1, 1)
     ref, cand = comparison.reference, comparison.candidate
-    plot_waveforms(ref, cand, comparison.sample_rate, ax=top,
-                   title="waveforms (aligned)" if cand is not None else "reference")
+    plot_waveforms(ref, cand, comparison.sample_rate, ax=top, title="waveforms")
     if cand is not None and ref is not None and min(ref.shape[-1], cand.shape[-1]) >= 64:
         axes = [fig.add_subplot(2, 3, 4 + i) for i in range(3)]
         plot_spectrogram_difference(ref, cand, comparison.sample_rate, axes=axes)

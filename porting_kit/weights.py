@@ -219,7 +219,7 @@ def _trace_values(ref_sd: dict[str, Any], params: dict[str, Any], result: Weight
             continue
         flat = t.reshape(-1)
         k = min(_SAMPLES_PER_TENSOR, flat.numel())
-        idx = torch.linspace(0, flat.numel() - 1, k).round().long().to(flat.device)
+        idx = (torch.arange(k, dtype=torch.long) * (flat.numel() - 1) // max(k - 1, 1)).to(flat.device)
         vals = flat[idx].float().cpu()
         if k < 2 or torch.unique(vals).numel() < k or not bool(torch.isfinite(vals).all()):
             result.untraceable.append(name)
@@ -231,25 +231,27 @@ def _trace_values(ref_sd: dict[str, Any], params: dict[str, Any], result: Weight
         return
     samples = torch.tensor(sample_vals, dtype=torch.float32)
     order = torch.argsort(samples)
-    sorted_vals, sorted_owner = samples[order], torch.tensor(owners)[order]
+    sorted_vals = samples[order]
+    owner_list = torch.tensor(owners)[order].tolist()
     found: dict[int, dict[str, int]] = {}
     for pname, p in params.items():
         if not p.is_floating_point() or p.numel() == 0:
             continue
         s = sorted_vals.to(device=p.device, dtype=p.dtype)
         flat = p.detach().reshape(-1)
-        hit = torch.isin(flat, s)
+        # membership by binary search in the few sorted samples: O(N log M), no N x M compare
+        pos = torch.searchsorted(s, flat).clamp_(max=s.numel() - 1)
+        hit = s[pos] == flat
         if not bool(hit.any()):
             continue
-        hit_vals = torch.unique(flat[hit]).float().cpu()
-        pos = torch.searchsorted(sorted_vals.to(p.dtype).float(), hit_vals)
-        for j, v in zip(pos.tolist(), hit_vals.tolist()):
-            # equal values may repeat in the sorted samples: walk over the run
-            while j < len(sorted_vals) and float(sorted_vals[j].to(p.dtype)) == v:
-                owner = int(sorted_owner[j])
-                found.setdefault(owner, {}).setdefault(pname, 0)
-                found[owner][pname] += 1
-                j += 1
+        hit_vals = torch.unique(flat[hit]).cpu()
+        sv = sorted_vals.to(hit_vals.dtype)
+        lo = torch.searchsorted(sv, hit_vals).tolist()
+        hi = torch.searchsorted(sv, hit_vals, right=True).tolist()
+        for start, stop in zip(lo, hi):
+            for j in range(start, stop):  # equal values may repeat in the samples (tied weights)
+                counts = found.setdefault(owner_list[j], {})
+                counts[pname] = counts.get(pname, 0) + 1
     need = max(2, _SAMPLES_PER_TENSOR // 2)
     for i, rname in enumerate(names):
         holders = [c for c, cnt in found.get(i, {}).items() if cnt >= need]

@@ -347,6 +347,7 @@ def test_training_only_sampling_not_flagged(tmp_path):
             def forward(self, z):
                 if self.training:
                     dropout = torch.randint(1, 4, (z.shape[0],))
+                drop = self.training and torch.rand(1) < 0.1
                 return z
         """)
     assert (rc, out) == (0, "")
@@ -415,3 +416,20 @@ def test_select_and_ignore(tmp_path):
     assert (rc, out) == (0, "")
     rc, out = _lint(tmp_path, bad)
     assert {ln.split()[1] for ln in out.splitlines()} == {"PK501", "PK502", "PK601"}
+
+
+def test_attribute_words_and_wrong_annotations(tmp_path):
+    """`freq_pad` is not a request dict; `flag: Tensor | None = False` is a flag, not a tensor."""
+    rc, out = _lint(tmp_path, """
+        import torch
+        class Conv(torch.nn.Module):
+            def forward(self, x, output_attentions: torch.Tensor | None = False):
+                x = torch.nn.functional.pad(x, (self.freq_pad[0], self.freq_pad[1]))
+                if not output_attentions:
+                    return x
+        class Talker(torch.nn.Module):
+            def forward(self, x):
+                return self._stream_states[0]
+        """)
+    assert rc == 1 and [ln.split()[1] for ln in out.splitlines()] == ["PK201"]
+    assert ":9:" in out

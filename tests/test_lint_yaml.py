@@ -134,6 +134,14 @@ def test_bad_yaml_is_a_finding_not_a_crash(tmp_path):
     assert rc == 1 and " PKY000 " in lines[0]
 
 
+def test_side_config_in_deploy_dir_is_skipped(tmp_path):
+    side = _write(tmp_path / "deploy" / "forced_aligner.yaml", "forced_aligner:\n  model: x\n  runner: pooling\n")
+    typo = _write(tmp_path / "deploy" / "typo.yaml", "async_chunk: false\nstage:\n  - stage_id: 0\n")
+    assert _run(str(side)) == (0, [])
+    rc, lines = _run(str(typo))
+    assert rc == 1 and [ln.split()[1] for ln in lines] == ["PKY102"]
+
+
 def test_yaml_noqa(tmp_path):
     path = _write(tmp_path / "deploy" / "m.yaml", "stages:\n  - stage_id: 0\n    max_num_seqs: 1  # noqa: PKY103\n")
     assert _run(str(path)) == (0, [])

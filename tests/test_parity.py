@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from porting_kit.cli import main
 from porting_kit.errors import InputError

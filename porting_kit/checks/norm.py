@@ -19,8 +19,9 @@ How it decides (:mod:`porting_kit.normprobe` does the measuring)
    weight equal to ``1 + w_ref`` (or ``w_ref - 1``): ``norm.weight_offset``;
    fitted eps (``norm.eps_mismatch``, both values); bfloat16 error several
    times the reference's (``norm.no_fp32_upcast``; invisible in float32).
-   Modules whose outputs differ while no hypothesis fits:
-   ``norm.unexplained`` with the numbers.
+   Modules whose outputs on the probe rows differ while no hypothesis fits
+   (or whose function is neither an RMS nor a Layer norm): ``norm.unexplained``
+   with the numbers.
 
 One finding per code (the first pair where it shows, and how many pairs
 share it). The rope / parity findings locate *where* outputs diverge; this
@@ -147,11 +148,10 @@ def _structure(ref_used, cand_used, rcalls, ccalls) -> list[Finding]:
     if rp and cp:
         rpre, cpre = rp[0].fed_block_input, cp[0].fed_block_input
         if rpre != cpre:
-            name = lambda pre: "pre-norm" if pre else "post-norm"
             out.append(_fail("norm.placement",
-                             f"The reference is {name(rpre)} (block {rp[0].block}: first norm "
+                             f"The reference is {_placement_name(rpre)} (block {rp[0].block}: first norm "
                              f"{'is fed the block input' if rpre else 'sees x + sublayer(x)'}), the "
-                             f"candidate {name(cpre)} (block {cp[0].block}).",
+                             f"candidate {_placement_name(cpre)} (block {cp[0].block}).",
                              {"reference_placement": "pre" if rpre else "post",
                               "candidate_placement": "pre" if cpre else "post",
                               "reference_first_norm": rp[0].name, "candidate_first_norm": cp[0].name,
@@ -159,6 +159,11 @@ def _structure(ref_used, cand_used, rcalls, ccalls) -> list[Finding]:
                               "blocks_candidate": sum(1 for c in cp if c.fed_block_input == cpre)},
                              Where(rp[0].block, cp[0].block)))
     return out
+
+
+def _placement_name(pre: bool) -> str:
+    """``pre-norm`` / ``post-norm``."""
+    return "pre-norm" if pre else "post-norm"
 
 
 def _in_block(site: NormSite, calls: list[NormCall]) -> bool:
@@ -236,6 +241,14 @@ def _functions(pairs: list[_Pair]) -> list[Finding]:
                        f"further from its float64 result per row than {p.ref.name} "
                        f"({fc.bf16_error:.3g} vs {fr.bf16_error:.3g}): the variance is not computed "
                        "in float32.")
+        if code is None:
+            diff = _rel(fc.outputs, fr.outputs)
+            if diff > 1e-4:
+                code = "norm.unexplained"
+                ev = {"output_rel_diff": diff, "reference_kind": fr.kind, "candidate_kind": fc.kind,
+                      "reference_eps": _g(fr.eps), "candidate_eps": _g(fc.eps)}
+                msg = (f"{p.ref.name} and {p.cand.name} give outputs {diff:.3g} apart (relative) on the "
+                       "probe rows with the same kind, weight and eps: no known norm fault explains it.")
         if code:
             hits.setdefault(code, []).append((p, ev, msg))
     out = []

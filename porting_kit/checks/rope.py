@@ -321,7 +321,7 @@ def _explain(pr: Probe, ref_site: RotarySite, th_q, th_k, e_ref, tol, evidence, 
     pos = pr.positions
     w_ref, _ = fit_frequencies(pr.theta_ref, pos)
     params = rope_parameters(ref_site)
-    base_ref = params.get("rope_theta") or fit_base(w_ref)[0]
+    base_ref = params.get("rope_theta") or float(_nice(fit_base(w_ref)[0]))
     rope_type = params.get("rope_type", "default")
 
     # 1. position offset (q and k separately)
@@ -544,7 +544,7 @@ def _static_diagnosis(ref_sites, cand_sites, where: Where, why: str) -> Finding:
         return ok(P, "The stored RoPE tables agree (static comparison; no forward capture).", ev)
     params = rope_parameters(r)
     rope_type = params.get("rope_type", "default")
-    base_ref = params.get("rope_theta") or fit_base(r.inv_freq)[0]
+    base_ref = params.get("rope_theta") or float(_nice(fit_base(r.inv_freq)[0]))
     if rope_type not in (None, "default"):
         plain = reference_inv_freq(r, scaled=False)
         if plain is not None and _table_err(plain, c.inv_freq) <= 1e-5:

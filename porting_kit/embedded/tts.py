@@ -212,7 +212,7 @@ def _audio():
             cand.load_weights(ref.state_dict().items())
             ref_codec, cand_codec = ref.codec, cand.codec
         if opts.bf16:
-            cand_codec.to(torch.bfloat16)
+            cand_codec.to(torch.bfloat16)  # noqa: PK402 - the planted audio_codec_bf16 fault
         glue = _tts_audio.CodecGlue(_tts_audio.wrapper_decode(cand_codec), cand_codec.sample_rate,
                                     cand_codec.hop_length, opts)
         _AUDIO["pair"] = (_tts_audio.hf_decode(ref_codec), glue, cand_codec)

@@ -1,7 +1,9 @@
 """PKY1xx deploy YAML: placement only, keys the schema knows, reasons for serial stages.
 
 A YAML file is a deploy file when it lives under a ``deploy/`` directory or its
-top level has a ``stages:`` list. It is read with ruamel.yaml's round-trip
+top level has a ``stages:`` list (a file under ``deploy/`` without ``stages:``
+and without any deploy key at all is a side config, e.g. vLLM-Omni's
+``qwen3_tts_forced_aligner.yaml``, and is skipped). It is read with ruamel.yaml's round-trip
 loader (comments and positions kept). vLLM-Omni's own ``load_deploy_config``
 is lenient: unknown stage keys go to ``engine_extras`` and topology keys pass
 silently, so these rules are stricter, with the allowed keys taken from the
@@ -150,8 +152,11 @@ def lint_yaml(path: str, text: str, enabled: frozenset[str]) -> list[LintFinding
         if in_deploy_dir and doc is not None and "PKY000" in enabled:
             return [LintFinding(path, 1, 1, "PKY000", "deploy file's top level is not a mapping")]
         return []
-    if not in_deploy_dir and not isinstance(doc.get("stages"), list):
-        return []
+    if not isinstance(doc.get("stages"), list):
+        if not in_deploy_dir:
+            return []
+        if not any(str(k) in load_schema().top_level for k in doc):
+            return []  # a side config kept in deploy/ (e.g. forced_aligner.yaml), not a deploy file
     lint = _YamlLint(path, text, enabled)
     lint.run(doc)
     findings = apply_noqa(lint.findings, lint.lines)

@@ -13,6 +13,7 @@ that have findings (:func:`porting_kit.lint.finding.apply_noqa`).
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import PurePath
 
 from porting_kit.lint import (
@@ -102,6 +103,7 @@ def _child_fields(cls: type) -> tuple[str, ...]:
 
 
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+_RECURSION_LIMIT = 20000
 _LEAVES = frozenset({ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.Pass, ast.Break,
                      ast.Continue, ast.alias, ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom})
 
@@ -346,6 +348,15 @@ class Linter:
         truthiness.on_boolop(self, node)
         if self.model_code:
             request_state.on_boolop(self, node)
+        if isinstance(node.op, ast.And) and any(_is_training(v) for v in node.values[:-1]):
+            # `self.training and torch.rand(1) < p`: the operands after it only run in training
+            frame = self.frame
+            first = next(i for i, v in enumerate(node.values) if _is_training(v))
+            self.visit_list(node.values[:first + 1])
+            frame.training += 1
+            self.visit_list(node.values[first + 1:])
+            frame.training -= 1
+            return
         self.generic(node)
 
     def _test_stmt(self, node: ast.AST) -> None:
@@ -431,11 +442,15 @@ def lint_source(path: str, text: str, enabled: frozenset[str]) -> list[LintFindi
     except (ValueError, RecursionError, MemoryError) as exc:
         return [LintFinding(path, 1, 1, "PK000", f"cannot parse: {type(exc).__name__}: {exc}")] \
             if "PK000" in enabled else []
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))  # long `a + b + ...` chains nest deeply
     try:
         findings = Linter(path, text, tree, enabled).run()
     except RecursionError:
         return [LintFinding(path, 1, 1, "PK000", "file is nested too deeply to lint")] \
             if "PK000" in enabled else []
+    finally:
+        sys.setrecursionlimit(limit)
     if not findings:
         return findings
     findings = apply_noqa(findings, text.splitlines())

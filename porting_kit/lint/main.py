@@ -37,11 +37,24 @@ class UsageError(Exception):
     """Bad input: printed as one line, exit 2."""
 
 
+def _python_script(path: Path) -> bool:
+    """A file without a known suffix whose first line is a python shebang (pre-commit's ``python`` type)."""
+    if path.suffix:
+        return False
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
 def iter_files(paths: Sequence[str]) -> list[str]:
     """Expand ``paths`` into the Python and YAML files to lint, in a stable order.
 
-    Files named explicitly are kept whatever their suffix is *not* (other
-    suffixes are skipped silently, as pre-commit may pass them). Raises
+    Files named explicitly are linted when they end in ``.py`` / ``.yaml`` /
+    ``.yml`` or are extension-less python scripts (a ``#!...python`` first line);
+    other files are skipped silently, as pre-commit may pass them. Raises
     :class:`UsageError` for a path that does not exist.
     """
     out: list[str] = []
@@ -59,7 +72,7 @@ def iter_files(paths: Sequence[str]) -> list[str]:
                             seen.add(path)
                             out.append(path)
         elif p.is_file():
-            if raw.endswith(PY_SUFFIXES + YAML_SUFFIXES) and raw not in seen:
+            if (raw.endswith(PY_SUFFIXES + YAML_SUFFIXES) or _python_script(p)) and raw not in seen:
                 seen.add(raw)
                 out.append(raw)
         else:

@@ -17,9 +17,24 @@ import re
 from porting_kit.lint.astutil import const_str, is_self_attr, names_in
 
 LEGACY_KEY = "_omni_req_id"
-_STATE_ATTR = re.compile(r"(gen|stream|state|session|cache|buffer|pending|queue|request|req_|ctx|context)",
-                         re.IGNORECASE)
-_PER_REQUEST_ATTR = re.compile(r"(gens?$|gens_|generator|stream|session|request|req_|_reqs?$)", re.IGNORECASE)
+_PER_REQUEST_WORDS = frozenset({"gen", "gens", "generator", "generators", "stream", "streams", "session",
+                                "sessions", "request", "requests", "req", "reqs"})
+_STATE_WORDS = _PER_REQUEST_WORDS | {"state", "states", "cache", "caches", "buffer", "buffers", "pending",
+                                     "queue", "queues", "ctx", "context", "contexts"}
+
+
+class _Words:
+    """Match an attribute name by its ``_``-separated words (``freq_pad`` is not ``req``)."""
+
+    def __init__(self, words: frozenset[str]) -> None:
+        self.words = words
+
+    def search(self, attr: str) -> bool:
+        return any(w in self.words for w in attr.lower().split("_"))
+
+
+_STATE_ATTR = _Words(_STATE_WORDS)
+_PER_REQUEST_ATTR = _Words(_PER_REQUEST_WORDS)
 _REQUEST_WORD = re.compile(r"(req|rid|request)", re.IGNORECASE)
 
 

@@ -85,7 +85,13 @@ def is_tensor_expr(frame, node: ast.AST) -> bool:
 
 def on_function_enter(lin, frame, node: ast.FunctionDef) -> None:
     args = node.args
-    for arg in args.posonlyargs + args.args + args.kwonlyargs:
+    positional = args.posonlyargs + args.args
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
+    defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
+    for arg in positional + args.kwonlyargs:
+        default = defaults.get(arg.arg)
+        if default is not None and default.__class__ is ast.Constant and default.value is not None:
+            continue  # `flag: torch.Tensor | None = False`: the annotation is wrong, the default is not a tensor
         if arg.annotation is not None and _is_tensor_annotation(arg.annotation):
             frame.tensors.add(arg.arg)
 
