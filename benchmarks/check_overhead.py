@@ -111,6 +111,7 @@ def measure_time(args) -> dict:
     out = {"two_forwards_s": statistics.median(fwd), "check_s": statistics.median(chk),
            "compared_modules": len(res.stats),
            "clean_status": "pass" if res.first_divergence is None else "fail",
+           "check_parts_s": {k: round(v, 5) for k, v in res.timing.items()},
            "clean_max_module_rel_err": worst.rel_err, "clean_worst_module": worst.pair.reference.key}
     # the failing case also re-runs both forwards to capture the located pair in full
     spec_f, ctx_f, pair_f = _loaded_context(args, args.layers, {"rope_theta_top_level_only": True})
@@ -267,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
           f"check_failing_s={t['check_failing_s']:.4f} compared_modules={t['compared_modules']}")
     print(f"clean_status={t['clean_status']} clean_max_module_rel_err={t['clean_max_module_rel_err']:.3e} "
           f"({t['clean_worst_module']}) failing_located={t['failing_located']}")
+    print(f"check_parts_s={t['check_parts_s']}")
     print(f"overhead_ratio={ratio:.3f}")
     print(f"overhead_failing_ratio={t['check_failing_s'] / t['two_forwards_s']:.3f}")
     figures = {"overhead_ratio": ratio, **t}

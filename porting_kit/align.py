@@ -108,6 +108,14 @@ def _parse_module_map(module_map) -> list[tuple[str, str]]:
     return out
 
 
+def _owner(tensor_name: str) -> str:
+    """The module that owns a parameter: ``conv.parametrizations.weight.original0`` (torch's
+    parametrized weight norm) belongs to ``conv``, like ``conv.weight_g`` does."""
+    if ".parametrizations." in tensor_name:
+        return tensor_name.split(".parametrizations.", 1)[0]
+    return tensor_name.rsplit(".", 1)[0] if "." in tensor_name else ""
+
+
 def _parent(name: str, names: set[str]) -> str | None:
     while name:
         name = name.rsplit(".", 1)[0] if "." in name else ""
@@ -168,13 +176,13 @@ def align(ref: list[Record], cand: list[Record], *, module_map=None,
         c2r: dict[str, set[str]] = {}
         r2c: dict[str, set[str]] = {}
         for cparam, rtensors in weight_map.items():
-            cmod = cparam.rsplit(".", 1)[0] if "." in cparam else ""
+            cmod = _owner(cparam)
             if len(rtensors) > 1:  # tied weights: prefer the one with the same leaf names
                 leaf = ".".join(cparam.split(".")[-2:])
                 same = [t for t in rtensors if t.endswith(leaf)]
                 rtensors = same if len(same) == 1 else rtensors
             for rt in rtensors:
-                rmod = rt.rsplit(".", 1)[0] if "." in rt else ""
+                rmod = _owner(rt)
                 c2r.setdefault(cmod, set()).add(rmod)
                 r2c.setdefault(rmod, set()).add(cmod)
         for cmod, rmods in sorted(c2r.items()):
@@ -204,8 +212,10 @@ def align(ref: list[Record], cand: list[Record], *, module_map=None,
         for (pr, pc), _n in sorted(votes.items(), key=lambda kv: -kv[1]):
             best_r = max((v for (a, _b), v in votes.items() if a == pr), default=0)
             best_c = max((v for (_a, b), v in votes.items() if b == pc), default=0)
-            if votes[(pr, pc)] == best_r == best_c and add(pr, pc, "parent"):
-                added = True
+            if votes[(pr, pc)] == best_r == best_c:
+                found = _closest_wrapper(pr, pc, rby, cby, rnames, cnames, pairs, used_c)
+                if found is not None and add(found[0], found[1], "parent"):
+                    added = True
         if not added:
             break
 
@@ -225,6 +235,39 @@ def align(ref: list[Record], cand: list[Record], *, module_map=None,
     return Alignment(pairs=out,
                      unaligned_reference=[r for r in ref if r.key not in pairs],
                      unaligned_candidate=[c for c in cand if c.key not in used_c])
+
+
+def _up(name: str, names: set[str], levels: int) -> list[str]:
+    out = [name]
+    for _ in range(levels):
+        p = _parent(out[-1], names)
+        if p is None:
+            break
+        out.append(p)
+    return out
+
+
+def _closest_wrapper(pr: str, pc: str, rby, cby, rnames, cnames, pairs, used_c) -> tuple[str, str] | None:
+    """Among ``(pr, pc)`` and their wrappers up to two levels (``SConv1d`` around
+    ``NormConv1d`` around ``Conv1d``; a ``Sequential`` body inside a residual block),
+    the unpaired pair with equal output shapes whose outputs are closest (then the
+    outermost). Structure alone cannot tell a residual block from its body; the
+    sketches can. ``None`` when no pair of equal shapes is free."""
+    from porting_kit.capture import estimate_rel_err
+
+    best, best_key = None, None
+    for r in _up(pr, rnames, 2):
+        for c in _up(pc, cnames, 2):
+            if r in pairs or c in used_c or r not in rby or c not in cby:
+                continue
+            ro, co = rby[r].out, cby[c].out
+            if ro is None or co is None or ro.shape != co.shape or ro.proj is None or co.proj is None:
+                continue
+            # closest first (sketch noise ignored below 1e-6), then the outermost wrappers
+            key = (round(estimate_rel_err(ro, co), 6), rby[r].depth + cby[c].depth)
+            if best_key is None or key < best_key:
+                best, best_key = (r, c), key
+    return best
 
 
 def _sig(rec: Record):

@@ -16,13 +16,14 @@ in ``x`` propagate into the sketch, which is how they are detected; ``||x||``
 is estimated as ``||proj|| / 8``.
 
 The sketches of a pass are written (``out=``) into one preallocated device
-buffer, so the check's extra memory is that buffer plus one product's
-transient ``(8, d)``, whatever the depth, and there is no host sync per module:
-the buffer goes to the host once when the pass ends. Full tensors are
+buffer (256 bytes a module call, grown by doubling), copied to the host once
+when the pass ends: no host sync per module, no small allocations scattered
+between the activations, and the check's extra memory is that buffer plus one
+product's transient ``(8, d)``, whatever the depth. Full tensors are
 captured only on demand (:func:`capture_full`) for the few modules around a
 divergence. In bf16/fp16 the first product runs in the tensor's dtype (fp32
 accumulation, result rounded to ~0.4 %), far below the low-precision
-tolerances.
+tolerances; the second runs in fp32.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ SKETCH_ROWS = 8
 SKETCH_COLS = 8
 PROJ_K = SKETCH_ROWS * SKETCH_COLS
 _SEED = 20261129
+_SKETCH_DTYPES: tuple = ()  # filled lazily with (float32, float16, bfloat16)
 
 
 @dataclass
@@ -87,31 +89,31 @@ class Record:
 
 
 class _Sketcher:
-    """Seeded sketch matrices (one per size, dtype and device) and the buffer of one pass."""
+    """Seeded sketch matrices (one per size, dtype and device) and the sketches of one pass."""
 
     def __init__(self, device) -> None:
         import torch
 
-        self._cache: dict[tuple[str, int, str, str], Any] = {}
+        self._cache: dict[tuple, Any] = {}
         self._perm_cache: dict[str, Any] = {}
-        # created here, outside any torch.inference_mode a model's forward may enter: a buffer
-        # born inside it could not be written by the root module's hook, which runs outside
-        self.buf = torch.zeros(512, PROJ_K, device=device)
+        # one buffer for the whole pass, created outside any torch.inference_mode a model's
+        # forward may enter (the root module's hook runs outside it and must write too)
+        self.buf = torch.zeros(256, SKETCH_ROWS, SKETCH_COLS, device=device)
         self.n = 0
 
     def _mat(self, kind: str, size: int, device, dtype) -> Any:
-        import torch
-
-        key = (kind, size, str(device), str(dtype))
+        key = (kind, size, device, dtype)
         m = self._cache.get(key)
         if m is None:
+            import torch
+
             g = torch.Generator().manual_seed(_SEED + 2 * size + (kind == "S"))
             shape = (SKETCH_ROWS, size) if kind == "S" else (size, SKETCH_COLS)
             m = self._cache[key] = torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
         return m
 
     def summarize(self, t, name: str = "", col_perm=None) -> Summary:
-        """Write the sketch of tensor ``t`` [shape=(..., d)] into the buffer.
+        """Sketch tensor ``t`` [shape=(..., d)]: two matrix products on its device, no sync.
 
         ``col_perm`` (LongTensor (d,)): the last dimension holds the reference's features
         reordered (feature ``j`` is reference feature ``col_perm[j]``); the sketch then uses
@@ -122,31 +124,32 @@ class _Sketcher:
         x = t.detach()
         if x.is_complex():
             x = torch.view_as_real(x).flatten(-2)
-        if x.dim() < 2:
-            x = x.reshape(1, -1)
-        elif x.dim() > 2:
-            x = x.reshape(-1, x.shape[-1])
-        if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        if x.dim() != 2:
+            x = x.reshape(1, -1) if x.dim() < 2 else x.reshape(-1, x.shape[-1])
+        if x.dtype not in _SKETCH_DTYPES:
             x = x.float()
-        if self.n >= self.buf.shape[0]:
-            grown = torch.zeros(2 * self.buf.shape[0], PROJ_K, device=self.buf.device)
-            grown[: self.n] = self.buf
+        slot = self.n
+        if slot >= self.buf.shape[0]:
+            grown = torch.zeros(2 * slot, SKETCH_ROWS, SKETCH_COLS, device=self.buf.device)
+            grown[:slot] = self.buf
             self.buf = grown
-        i = self.n
         self.n += 1
         if x.numel():
-            sx = torch.mm(self._mat("S", x.shape[0], x.device, x.dtype), x)  # (8, d)
-            if sx.dtype != torch.float32:
-                sx = sx.float()
-            r = self._mat("R", x.shape[1], x.device, torch.float32)
+            dev, dt = x.device, x.dtype
+            sx = torch.mm(self._mat("S", x.shape[0], dev, dt), x)  # (8, d), fp32 accumulation
             if col_perm is not None and col_perm.numel() == x.shape[1]:
                 r = self._perm_cache.get(name)
                 if r is None:
-                    r = self._perm_cache[name] = self._mat("R", x.shape[1], x.device,
-                                                           torch.float32)[col_perm.to(x.device)]
-            torch.mm(sx, r, out=self.buf[i].view(SKETCH_ROWS, SKETCH_COLS))
+                    r = self._perm_cache[name] = self._mat("R", x.shape[1], dev, dt)[col_perm.to(dev)]
+            else:
+                r = self._mat("R", x.shape[1], dev, dt)
+            if sx.dtype != torch.float32:  # fp32 accumulate in sx; one rounding, far below bf16 tolerances
+                sx, r = sx.float(), r.float()
+            torch.mm(sx, r, out=self.buf[slot])
+        else:
+            self.buf[slot].fill_(float("nan"))  # an empty tensor has no sketch
         return Summary(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
-                       numel=t.numel(), slot=i)
+                       numel=t.numel(), slot=slot)
 
 
 def _first_input(args: tuple, kwargs: dict) -> Any:
@@ -173,6 +176,8 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "",
     """
     import torch
 
+    global _SKETCH_DTYPES
+    _SKETCH_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
     first = next(iter(model.parameters()), None)
     sketcher = _Sketcher(first.device if first is not None else "cpu")
     perms = output_permutation or {}
@@ -207,16 +212,16 @@ def _finalize(records: list[Record], sketcher: _Sketcher) -> None:
     """Copy the pass's sketch buffer to the host once and fill each :class:`Summary`."""
     import torch
 
-    host = sketcher.buf[: sketcher.n].cpu()
+    if not sketcher.n:
+        return
+    host = sketcher.buf[: sketcher.n].reshape(sketcher.n, -1).cpu()
     finite = torch.isfinite(host).all(dim=1).tolist()
     norms = (torch.nan_to_num(host, nan=0.0, posinf=0.0, neginf=0.0).norm(dim=1)
              / math.sqrt(PROJ_K)).tolist()
     for r in records:
         s = r.out
-        if s is not None and s.slot >= 0:
-            s.proj = host[s.slot]
-            s.norm = norms[s.slot]
-            s.nonfinite = 0 if finite[s.slot] else 1
+        if s is not None and 0 <= s.slot < sketcher.n:
+            s.proj, s.norm, s.nonfinite = host[s.slot], norms[s.slot], 0 if finite[s.slot] else 1
 
 
 def estimate_rel_err(ref: Summary, cand: Summary) -> float:

@@ -35,6 +35,9 @@ def first_tensor(obj: Any):
     return None
 
 
+_CHUNK = 1 << 24  # elements per chunk: bounds the comparison's transient memory
+
+
 def tensor_metrics(ref, cand, tol: Tolerance) -> dict[str, Any]:
     """Compare two tensors of the same shape elementwise and as a whole.
 
@@ -42,39 +45,72 @@ def tensor_metrics(ref, cand, tol: Tolerance) -> dict[str, Any]:
     ----------
     ref, cand : torch.Tensor [shape=(...)]
         Reference and candidate outputs. Shapes must match; dtypes may differ
-        (both are compared in float64 on the reference's device).
+        (both are compared in float32 on the reference's device, reductions
+        accumulated in float64).
     tol : Tolerance
 
     Returns
     -------
     dict
-        ``numel``, ``mismatched`` (elements outside ``atol + rtol*|ref|``),
-        ``max_abs`` and ``max_abs_index``, ``max_rel`` and ``max_rel_index``,
-        ``rel_err`` (``||cand-ref||/||ref||``), ``cosine``, ``nonfinite_reference``,
-        ``nonfinite_candidate``, ``within_tolerance`` (bool) and ``tolerance`` (text).
-        Indices are tuples in the tensor's shape.
+        ``numel``, ``mismatched`` (elements outside ``atol + rtol*|ref|``, NaN/Inf
+        counting as mismatched), ``max_abs`` and ``max_abs_index``, ``max_rel`` and
+        ``max_rel_index``, ``rel_err`` (``||cand-ref||/||ref||`` over finite elements),
+        ``cosine``, ``nonfinite_reference``, ``nonfinite_candidate``,
+        ``within_tolerance`` (bool) and ``tolerance`` (text). Indices are lists in
+        the tensor's shape.
+
+    Notes
+    -----
+    The tensors are walked in chunks of 2**24 elements so that comparing a
+    ``(512, 151936)`` logits tensor costs a few hundred MB of transient memory,
+    not several GB, whatever the model depth.
     """
     import torch
 
-    a = ref.detach().to(torch.float64)
-    b = cand.detach().to(device=a.device, dtype=torch.float64)
-    n = a.numel()
-    nf_a = int((~torch.isfinite(a)).sum())
-    nf_b = int((~torch.isfinite(b)).sum())
-    diff = (b - a).abs()
-    diff_f = torch.nan_to_num(diff, nan=float("inf"))
-    allowed = tol.atol + tol.rtol * a.abs()
-    mismatched = int((diff_f > allowed).sum())
-    flat = int(torch.argmax(diff_f)) if n else 0
-    rel = diff_f / a.abs().clamp_min(torch.finfo(torch.float64).tiny)
-    flat_rel = int(torch.argmax(rel)) if n else 0
-    finite = torch.isfinite(a) & torch.isfinite(b)
-    a0, b0 = torch.where(finite, a, 0.0), torch.where(finite, b, 0.0)
-    ref_norm = float(a0.norm())
-    rel_err = float((b0 - a0).norm() / ref_norm) if ref_norm > 0 else float((b0 - a0).norm())
-    denom = float(a0.norm() * b0.norm())
-    cosine = float((a0 * b0).sum() / denom) if denom > 0 else (1.0 if float(b0.norm()) == 0 else 0.0)
-    shape = tuple(a.shape)
+    a_all = ref.detach().reshape(-1)
+    b_all = cand.detach().to(a_all.device).reshape(-1)
+    n = a_all.numel()
+    dev = a_all.device
+    f64 = torch.float64
+    acc = {k: torch.zeros((), dtype=f64, device=dev) for k in ("aa", "bb", "dd", "ab")}
+    cnt = {k: torch.zeros((), dtype=torch.long, device=dev) for k in ("mis", "nfa", "nfb")}
+    best_abs = (torch.tensor(-1.0, device=dev), torch.zeros((), dtype=torch.long, device=dev))
+    best_rel = (torch.tensor(-1.0, device=dev), torch.zeros((), dtype=torch.long, device=dev))
+    tiny = torch.finfo(torch.float32).tiny
+    for start in range(0, n, _CHUNK):
+        a = a_all[start:start + _CHUNK].float()
+        b = b_all[start:start + _CHUNK].float()
+        fa, fb = torch.isfinite(a), torch.isfinite(b)
+        cnt["nfa"] += (~fa).sum()
+        cnt["nfb"] += (~fb).sum()
+        both = fa & fb
+        d = (b - a).abs_()
+        d = torch.where(both, d, torch.full_like(d, float("inf")))  # NaN/Inf count as worst
+        absa = a.abs()
+        cnt["mis"] += (d > absa * tol.rtol + tol.atol).sum()
+        v, i = torch.max(d, 0)
+        take = v > best_abs[0]
+        best_abs = (torch.where(take, v, best_abs[0]), torch.where(take, i + start, best_abs[1]))
+        rel = d / absa.clamp_min_(tiny)
+        v, i = torch.max(rel, 0)
+        take = v > best_rel[0]
+        best_rel = (torch.where(take, v, best_rel[0]), torch.where(take, i + start, best_rel[1]))
+        a0 = torch.where(both, a, 0.0)
+        b0 = torch.where(both, b, 0.0)
+        acc["aa"] += torch.sum(a0 * a0, dtype=f64)
+        acc["bb"] += torch.sum(b0 * b0, dtype=f64)
+        acc["ab"] += torch.sum(a0 * b0, dtype=f64)
+        acc["dd"] += torch.sum((b0 - a0) ** 2, dtype=f64)
+    vals = torch.stack([acc["aa"], acc["bb"], acc["ab"], acc["dd"], best_abs[0].double(),
+                        best_rel[0].double(), best_abs[1].double(), best_rel[1].double(),
+                        cnt["mis"].double(), cnt["nfa"].double(), cnt["nfb"].double()]).tolist()
+    aa, bb, ab, dd, max_abs, max_rel, i_abs, i_rel, mis, nfa, nfb = vals
+    ref_norm, cand_norm = aa ** 0.5, bb ** 0.5
+    rel_err = (dd ** 0.5) / ref_norm if ref_norm > 0 else dd ** 0.5
+    denom = ref_norm * cand_norm
+    cosine = ab / denom if denom > 0 else (1.0 if cand_norm == 0 else 0.0)
+    shape = tuple(ref.shape)
+    mismatched, nf_a, nf_b = int(mis), int(nfa), int(nfb)
     if tol.elementwise:
         within = mismatched == 0 and nf_a == nf_b == 0
     else:
@@ -82,10 +118,10 @@ def tensor_metrics(ref, cand, tol: Tolerance) -> dict[str, Any]:
     return {
         "numel": n,
         "mismatched": mismatched,
-        "max_abs": float(diff_f.reshape(-1)[flat]) if n else 0.0,
-        "max_abs_index": _unravel(flat, shape),
-        "max_rel": float(rel.reshape(-1)[flat_rel]) if n else 0.0,
-        "max_rel_index": _unravel(flat_rel, shape),
+        "max_abs": max(max_abs, 0.0) if n else 0.0,
+        "max_abs_index": _unravel(int(i_abs), shape),
+        "max_rel": max(max_rel, 0.0) if n else 0.0,
+        "max_rel_index": _unravel(int(i_rel), shape),
         "rel_err": rel_err,
         "cosine": cosine,
         "nonfinite_reference": nf_a,

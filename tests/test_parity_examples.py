@@ -71,3 +71,18 @@ def test_llama_pair_without_permutation_diverges_in_layer0_attention(capsys):
     (fd,) = r.by_code("parity.first_divergence")
     assert (fd.where.reference, fd.where.candidate) == ("model.layers.0.self_attn", "layers.0.attention")
     assert fd.evidence["first_differing_output_candidate"] == "layers.0.attention.wo"
+
+
+def test_encodec_pair_aligns_without_a_module_map():
+    # Meta's SConv1d > NormConv1d > Conv1d wrappers and its residual block's Sequential body vs
+    # transformers' EncodecConv1d / EncodecResnetBlock: aligned from the weight map, parents and
+    # the sketches, with no spec help.
+    from porting_kit.spec import load_spec
+
+    spec = load_spec(str(Path(__file__).resolve().parents[1] / "examples" / "encodec_pair.py"))
+    del spec.module.module_map
+    r = run_check(spec, only="parity")
+    assert r.codes() == ["parity.ok"]
+    rows = {row["reference"]: row["candidate"] for row in r.extras["alignment"]}
+    assert rows["decoder.layers.4"] == "decoder.model.4"  # the residual block, not its body
+    assert r.findings[0].evidence["compared_modules"] >= 50
