@@ -162,6 +162,24 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
 
 
+def model_stop_token(model: Any) -> int:
+    """The stop token the pipeline's ``stop_token_ids`` backstop uses for ``model``: its
+    ``stop_token_ids`` (first entry), ``eos_token_id`` or module-level ``EOS_TOKEN_ID``
+    (the scaffold's skeleton), else :data:`DEFAULT_EOS_TOKEN_ID`."""
+    import sys
+
+    ids = getattr(model, "stop_token_ids", None)
+    if ids:
+        return int(list(ids)[0])
+    for attr in ("eos_token_id", "stop_token_id"):
+        v = getattr(model, attr, None)
+        if isinstance(v, int):
+            return v
+    mod = sys.modules.get(type(model).__module__)
+    v = getattr(mod, "EOS_TOKEN_ID", None)
+    return int(v) if isinstance(v, int) else DEFAULT_EOS_TOKEN_ID
+
+
 def seed_process_rngs(seed: int = 0) -> None:
     """Put every process RNG in a fixed state (torch CPU/CUDA, numpy, ``random``).
 
@@ -171,12 +189,13 @@ def seed_process_rngs(seed: int = 0) -> None:
     """
     import torch
 
-    torch.manual_seed(seed)  # also seeds every CUDA device when CUDA is initialised
-    random.seed(seed)
+    # the driver (not model code) fixes the process RNGs between scenarios on purpose
+    torch.manual_seed(seed)  # noqa: PK501 - also seeds every CUDA device when initialised
+    random.seed(seed)  # noqa: PK501
     try:
         import numpy as np
 
-        np.random.seed(seed)
+        np.random.seed(seed)  # noqa: PK501
     except ImportError:  # pragma: no cover
         pass
 
@@ -345,8 +364,9 @@ class EngineDriver:
         runtime_additional_information=list[dict])``, ``compute_logits``, optional
         ``on_requests_finished``, ``get_dummy_runtime_additional_information``,
         ``have_multimodal_outputs``.
-    eos_token_id : int
-        Stop token (default 2, the MOSS-TTS-Nano pipeline's ``stop_token_ids``).
+    eos_token_id : int, optional
+        Stop token. Default: the model's own (:func:`model_stop_token`), else 2, the
+        MOSS-TTS-Nano pipeline's ``stop_token_ids``.
     order : str
         ``"fifo"`` (arrival order) or ``"shuffle"`` (rows permuted every step).
     max_steps : int
@@ -364,13 +384,13 @@ class EngineDriver:
     whose call sequence each method follows.
     """
 
-    def __init__(self, model: Any, *, eos_token_id: int = DEFAULT_EOS_TOKEN_ID,
+    def __init__(self, model: Any, *, eos_token_id: int | None = None,
                  order: str = "fifo", max_steps: int = 256, track_rng: bool = True,
                  device: str = "cpu", shuffle_seed: int = 1234) -> None:
         if order not in ("fifo", "shuffle"):
             raise ValueError(f"order must be 'fifo' or 'shuffle', got {order!r}")
         self.model = model
-        self.eos_token_id = eos_token_id
+        self.eos_token_id = eos_token_id if eos_token_id is not None else model_stop_token(model)
         self.order = order
         self.max_steps = max_steps
         self.track_rng = track_rng

@@ -274,7 +274,8 @@ class RotaryEmbedding(nn.Module):
         self.scaling_factor = scaling_factor
         self.compute_dtype = dtype
         self.query_position_offset = query_position_offset
-        self.register_buffer("inv_freq", self.compute_inv_freq(), persistent=False)
+        # noqa below: the rope_inv_freq_uninitialized variant plants exactly this fault
+        self.register_buffer("inv_freq", self.compute_inv_freq(), persistent=False)  # noqa: PK701
 
     def compute_inv_freq(self) -> torch.Tensor:
         """``1 / base ** (arange(0, rotary_dim, 2) / rotary_dim) / scaling_factor``, float32,
