@@ -41,6 +41,8 @@ SKETCH_COLS = 8
 PROJ_K = SKETCH_ROWS * SKETCH_COLS
 _SEED = 20261129
 _SKETCH_DTYPES: tuple = ()  # filled lazily with (float32, float16, bfloat16)
+#: Sketch matrices by (kind, size, device, dtype); a few MB at most (R for a 152k vocabulary).
+_MATRICES: dict[tuple, Any] = {}
 
 
 @dataclass
@@ -94,7 +96,7 @@ class _Sketcher:
     def __init__(self, device) -> None:
         import torch
 
-        self._cache: dict[tuple, Any] = {}
+        self._cache = _MATRICES  # shared across passes: both sides and re-runs reuse them
         self._perm_cache: dict[str, Any] = {}
         # one buffer for the whole pass, created outside any torch.inference_mode a model's
         # forward may enter (the root module's hook runs outside it and must write too)
@@ -140,11 +142,12 @@ class _Sketcher:
             if col_perm is not None and col_perm.numel() == x.shape[1]:
                 r = self._perm_cache.get(name)
                 if r is None:
-                    r = self._perm_cache[name] = self._mat("R", x.shape[1], dev, dt)[col_perm.to(dev)]
+                    r = self._mat("R", x.shape[1], dev, torch.float32)[col_perm.to(dev)]
+                    self._perm_cache[name] = r
             else:
-                r = self._mat("R", x.shape[1], dev, dt)
-            if sx.dtype != torch.float32:  # fp32 accumulate in sx; one rounding, far below bf16 tolerances
-                sx, r = sx.float(), r.float()
+                r = self._mat("R", x.shape[1], dev, torch.float32)
+            if sx.dtype != torch.float32:  # one bf16/fp16 rounding, far below their tolerances
+                sx = sx.float()
             torch.mm(sx, r, out=self.buf[slot])
         else:
             self.buf[slot].fill_(float("nan"))  # an empty tensor has no sketch

@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from porting_kit.embedded import tts
-from porting_kit.spec import load_spec
+from porting_kit.embedded import tts  # noqa: E402
+from porting_kit.spec import load_spec  # noqa: E402
 
 EXPECTED_VARIANTS = [
     "qkv_shard_order", "unmapped_weight", "nan_layer", "rope_inv_freq_uninitialized",

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("fairscale")
 pytest.importorskip("llama_models")
 
-from porting_kit.spec import load_spec
+from porting_kit.spec import load_spec  # noqa: E402
 
 SPEC = Path(__file__).resolve().parents[1] / "examples" / "llama_meta.py"
 _REFERENCE: dict[str, tuple] = {}
