@@ -209,10 +209,13 @@ def align(ref: list[Record], cand: list[Record], *, module_map=None,
                 key = (prs.pop(), pc)
                 votes[key] = votes.get(key, 0) + len(rmods)
         added = False
-        for (pr, pc), _n in sorted(votes.items(), key=lambda kv: -kv[1]):
-            best_r = max((v for (a, _b), v in votes.items() if a == pr), default=0)
-            best_c = max((v for (_a, b), v in votes.items() if b == pc), default=0)
-            if votes[(pr, pc)] == best_r == best_c:
+        best_r: dict[str, int] = {}
+        best_c: dict[str, int] = {}
+        for (a, b), v in votes.items():
+            best_r[a] = max(best_r.get(a, 0), v)
+            best_c[b] = max(best_c.get(b, 0), v)
+        for (pr, pc), n in sorted(votes.items(), key=lambda kv: -kv[1]):
+            if n == best_r[pr] == best_c[pc]:
                 found = _closest_wrapper(pr, pc, rby, cby, rnames, cnames, pairs, used_c)
                 if found is not None and add(found[0], found[1], "parent"):
                     added = True
@@ -225,8 +228,9 @@ def align(ref: list[Record], cand: list[Record], *, module_map=None,
     for (r0, c0), (r1, c1) in zip(anchors, anchors[1:]):
         if r1 <= r0 or c1 <= c0:
             continue  # crossing anchors: leave this stretch alone
-        rs = [r for r in ref if r0 < r.end < r1 and r.key not in pairs]
-        cs = [c for c in cand if c0 < c.end < c1 and c.key not in used_c]
+        # records are in completion order with ``end`` equal to their index
+        rs = [r for r in ref[r0 + 1:min(r1, len(ref))] if r.key not in pairs]
+        cs = [c for c in cand[c0 + 1:min(c1, len(cand))] if c.key not in used_c]
         for r, c in _lcs(rs, cs):
             add(r.key, c.key, "order")
 
