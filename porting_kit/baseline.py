@@ -86,7 +86,9 @@ def _atomic_write_audio(path: Path, wav, sample_rate: int, subtype: str, backup:
 def _copy(path: Path) -> None:
     import shutil
 
-    shutil.copy2(path, path.with_name(path.name + ".bak"))
+    from porting_kit.fsutil import backup_path
+
+    shutil.copy2(path, backup_path(path))
 
 
 def write_clip(path: str | Path, wav, sample_rate: int, sidecar: dict[str, Any], *,
@@ -156,10 +158,13 @@ def read_sidecar(path: str | Path) -> dict[str, Any]:
         meta = json.loads(side.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(f"{side}: unreadable baseline sidecar ({exc})") from exc
-    audio = side.with_name(meta.get("file", Path(path).name))
+    if not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str):
+        raise InputError(f"{side}: not a porting-kit baseline sidecar (needs a JSON object with the "
+                         "audio's sha256); record it again with `porting-kit baseline record --force`")
+    audio = side.with_name(str(meta.get("file", Path(path).name)))
     if not audio.exists():
         raise InputError(f"{audio}: baseline audio missing (sidecar {side.name} names it)")
-    if meta.get("sha256") and sha256_file(audio) != meta["sha256"]:
+    if sha256_file(audio) != meta["sha256"]:
         raise InputError(f"{audio}: sha256 differs from its sidecar; the baseline was modified "
                          "(record it again with --force)")
     return meta

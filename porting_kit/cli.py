@@ -8,6 +8,7 @@ stderr, no traceback unless ``--debug``).
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,8 +24,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=False,
 baseline_app = typer.Typer(help="Record and compare reference-audio baselines (reference_audio/).")
 app.add_typer(baseline_app, name="baseline")
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(emoji=False)  # ":x:" in a device name or message must stay text
+err_console = Console(stderr=True, emoji=False)
 _DEBUG = {"on": False}
 
 
@@ -34,15 +35,15 @@ def _guard(fn: Callable[[], int]) -> int:
         return fn()
     except InputError as exc:
         if _DEBUG["on"]:
-            raise
+            traceback.print_exc()
         err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_INPUT
     except KeyboardInterrupt:
         err_console.print("interrupted", markup=False)
         return EXIT_INPUT
-    except Exception as exc:
+    except Exception as exc:  # never a traceback without --debug; the exit code stays 2 with it
         if _DEBUG["on"]:
-            raise
+            traceback.print_exc()
         err_console.print(f"error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
                           markup=False, highlight=False, soft_wrap=True)
         return EXIT_INPUT
@@ -85,9 +86,11 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
     def body() -> int:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+        from porting_kit.fsutil import check_output_path
         from porting_kit.render import print_report
         from porting_kit.runner import run_check
 
+        check_output_path(json_path, inputs=[spec])
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                       console=err_console, transient=True, disable=not err_console.is_terminal) as prog:
             task = prog.add_task("loading spec", total=None)
@@ -125,16 +128,21 @@ def examples():
 @app.command()
 def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC)."),
           cand: Path = typer.Argument(..., help="Candidate audio file (WAV/FLAC)."),
-          hop_length: int | None = typer.Option(None, "--hop-length", help="Codec hop length in samples."),
-          sample_rate: int | None = typer.Option(None, "--sample-rate", help="Expected sample rate in Hz."),
+          hop_length: int | None = typer.Option(None, "--hop-length", min=1, help="Codec hop length in samples."),
+          sample_rate: int | None = typer.Option(None, "--sample-rate", min=1, help="Expected sample rate in Hz."),
           json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here."),
           plot: Path | None = typer.Option(None, "--plot", help="Write waveform/spectrogram plots (PNG) here.")):
     """Compare two audio files: length, sample rate, channels, lag, SNR, log-mel distance."""
 
     def body() -> int:
         from porting_kit.audio import compare_files
+        from porting_kit.fsutil import check_output_path
         from porting_kit.render import print_report
 
+        check_output_path(json_path, inputs=[ref, cand])
+        check_output_path(plot, inputs=[ref, cand], what="--plot")
+        if plot is not None:
+            plot.parent.mkdir(parents=True, exist_ok=True)
         report = compare_files(ref, cand, hop_length=hop_length, sample_rate=sample_rate, plot=plot)
         print_report(report, console)
         if json_path:
@@ -172,8 +180,10 @@ def baseline_compare(spec: Path | None = typer.Argument(None, help="Port spec (d
 
     def body() -> int:
         from porting_kit.baseline import compare
+        from porting_kit.fsutil import check_output_path
         from porting_kit.render import print_report
 
+        check_output_path(json_path, inputs=[spec])
         report = compare(str(spec) if spec else None, example=example, variant=variant, out_dir=out)
         print_report(report, console)
         if json_path:
@@ -221,8 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         return rc if isinstance(rc, int) else 0
     except typer.Exit as exc:
         return exc.exit_code
-    except SystemExit as exc:  # click usage errors in standalone_mode=False come as exceptions
-        return int(exc.code or 0)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        err_console.print(f"error: {exc.code}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_INPUT
     except Exception as exc:  # click's UsageError / NoSuchOption / Abort (typer vendors click)
         if hasattr(exc, "format_message"):
             err_console.print(f"error: {exc.format_message()}", markup=False, highlight=False,

@@ -1,4 +1,4 @@
-"""File writes that never lose a user's file: atomic replace, optional backup."""
+"""File writes that never lose a user's file: atomic replace, numbered backups."""
 
 from __future__ import annotations
 
@@ -7,26 +7,77 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from porting_kit.errors import InputError
+
+
+def backup_path(path: Path) -> Path:
+    """The first free backup name for ``path``: ``name.bak``, then ``name.bak.1``, ``.bak.2``...
+    so a second ``--force`` never overwrites the first backup."""
+    cand = path.with_name(path.name + ".bak")
+    n = 1
+    while cand.exists():
+        cand = path.with_name(f"{path.name}.bak.{n}")
+        n += 1
+    return cand
+
 
 def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder
     and ``os.replace``, so a crash never leaves a half-written file.
 
-    With ``backup=True`` an existing file is first copied to ``path + '.bak'``.
-    Raises ``OSError`` when the folder cannot be written.
+    With ``backup=True`` an existing file is first copied to a fresh
+    :func:`backup_path`. A new file gets the usual permissions (``0o666`` less
+    the umask); a replaced one keeps its mode. Raises ``OSError`` when the folder
+    cannot be written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if backup and path.exists():
-        shutil.copy2(path, path.with_name(path.name + ".bak"))
+        shutil.copy2(path, backup_path(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         if path.exists():
             shutil.copymode(path, tmp)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def check_output_path(path: Path | None, *, inputs: list[Path | str | None] = (), what: str = "--json") -> None:
+    """Refuse, before any work, an output path the tool must not or cannot write.
+
+    Raises
+    ------
+    InputError
+        ``path`` is one of the command's own input files (writing it would destroy
+        the user's file), an existing directory, or lies under a path that exists
+        and is not a directory.
+    """
+    if path is None:
+        return
+    p = Path(path)
+    for inp in inputs:
+        if inp is None:
+            continue
+        try:
+            if Path(inp).exists() and p.exists() and os.path.samefile(p, inp):
+                raise InputError(f"{what} {p}: is one of this command's inputs; choose another file")
+        except OSError:
+            pass
+    if p.is_dir():
+        raise InputError(f"{what} {p}: is a directory; give a file path")
+    parent = p.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{what} {p}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{what} {p}: cannot write in {parent}")

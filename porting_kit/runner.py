@@ -35,6 +35,8 @@ def parse_only(only: str | Iterable[str] | None) -> list[str]:
     if only is None:
         return list(FAMILIES)
     names = [s.strip() for s in (only.split(",") if isinstance(only, str) else only) if s.strip()]
+    if not names:
+        raise InputError(f"--only: no check family given; known: {', '.join(FAMILIES)}")
     unknown = [n for n in names if n not in FAMILIES]
     if unknown:
         raise InputError(f"--only: unknown check family {', '.join(unknown)}; "

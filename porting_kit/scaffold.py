@@ -25,6 +25,8 @@ what was generated, for ``porting-kit validate --static``.
 from __future__ import annotations
 
 import argparse
+
+from porting_kit.argparse_util import OneLineParser
 import json
 import keyword
 import math
@@ -458,7 +460,7 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         existed = target.exists() and f.kind != "manifest"
         atomic_write_text(target, f.text, backup=existed)
         if existed:
-            result.backed_up.append(f.path + ".bak")
+            result.backed_up.append(f.path + ".bak*")
         if f.kind != "manifest":
             result.written.append(f.path)
     for rel, new, _old in edits:
@@ -476,7 +478,7 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
 
 # -- command line ----------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="porting-kit scaffold", description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog="porting-kit scaffold", description=__doc__.split("\n\n")[0],
                                 exit_on_error=False)
     p.add_argument("--framework", choices=FRAMEWORKS)
     p.add_argument("--shape", choices=SHAPES)

@@ -90,8 +90,14 @@ class Spec:
             return fn(*args, **kwargs)
         except InputError:
             raise
-        except Exception as exc:
-            raise InputError(f"{self.name}: {attr}() raised {type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:  # reported as one line, exit 2
+            raise InputError(f"{self.name}: {attr}() raised {_describe(exc)}") from exc
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _import_file(path: Path) -> ModuleType:
@@ -105,9 +111,9 @@ def _import_file(path: Path) -> ModuleType:
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a spec calling sys.exit() is bad input too
         sys.modules.pop(mod_name, None)
-        raise InputError(f"{path}: spec failed to import: {type(exc).__name__}: {exc}") from exc
+        raise InputError(f"{path}: spec failed to import: {_describe(exc)}") from exc
     finally:
         try:
             sys.path.remove(str(path.parent))

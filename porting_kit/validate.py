@@ -42,6 +42,8 @@ framework, ``skip`` (with the reason) when only the stored schema was used.
 from __future__ import annotations
 
 import argparse
+
+from porting_kit.argparse_util import OneLineParser
 import ast
 import json
 import time
@@ -529,7 +531,7 @@ def validate_static(root: str | Path, *, prefer_real: bool = True, model_type: s
 
 def cli_main(argv: list[str]) -> int:
     """``porting-kit validate --static DIR [--json PATH] [--stored-only] [--model-type NAME]``."""
-    p = argparse.ArgumentParser(prog="porting-kit validate", exit_on_error=False)
+    p = OneLineParser(prog="porting-kit validate", exit_on_error=False)
     p.add_argument("--static", metavar="DIR", help="validate a scaffold folder without a GPU")
     p.add_argument("--json", dest="json_path", help="write the JSON report here")
     p.add_argument("--stored-only", action="store_true", help="skip the real framework even when importable")

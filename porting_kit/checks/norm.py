@@ -230,8 +230,9 @@ def _functions(pairs: list[_Pair]) -> list[Finding]:
                 ev = {"reference_eps": _g(fr.eps), "candidate_eps": _g(fc.eps),
                       "reference_eps_attr": p.ref.eps if p.ref.eps is not None else "",
                       "candidate_eps_attr": p.cand.eps if p.cand.eps is not None else ""}
-                msg = (f"{p.cand.name} uses eps={_g(fc.eps):g}, {p.ref.name} eps={_g(fr.eps):g} "
-                       "(fitted on rows whose mean square is of the order of eps).")
+                msg = (f"The candidate's {p.cand.name} uses eps={_g(fc.eps):g}; the reference's "
+                       f"{p.ref.name} uses eps={_g(fr.eps):g} (fitted on rows whose mean square is of "
+                       "the order of eps).")
             elif (fr.bf16_error is not None and fc.bf16_error is not None
                   and fc.bf16_error > UPCAST_RATIO * fr.bf16_error):
                 code = "norm.no_fp32_upcast"

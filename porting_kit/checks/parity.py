@@ -391,8 +391,9 @@ def run(ctx: CheckContext) -> list[Finding]:
     if w.unmapped_reference or w.unset_candidate:
         parts = []
         if w.unmapped_reference:
-            parts.append(f"{len(w.unmapped_reference)} reference tensor(s) were never loaded "
-                         f"({', '.join(w.unmapped_reference[:6])})")
+            parts.append(f"{len(w.unmapped_reference)} reference tensor(s) were not found in the "
+                         f"candidate ({', '.join(w.unmapped_reference[:6])}): never loaded, or loaded "
+                         "with changed values (list those in the spec's transformed_weights)")
         if w.unset_candidate:
             parts.append(f"{len(w.unset_candidate)} candidate parameter(s) were never set "
                          f"({', '.join(w.unset_candidate[:6])})")

@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from porting_kit.argparse_util import OneLineParser
+from porting_kit.errors import InputError
 from porting_kit.lint import baseline as baseline_mod
 from porting_kit.lint.engine import lint_source
 from porting_kit.lint.finding import LintFinding
@@ -112,7 +114,7 @@ def _codes(value: str | None) -> list[str] | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="porting-kit lint",
         description="Lint Python and vLLM-Omni deploy YAML for the faults ports keep making.")
     parser.add_argument("paths", nargs="*", help="files or directories (Python, deploy YAML)")
@@ -177,7 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
-    except SystemExit as exc:  # argparse already printed its one-line usage error
+    except InputError as exc:  # a usage error: one line
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except SystemExit as exc:  # --help
         return EXIT_INPUT if exc.code else EXIT_OK
     try:
         return run(args)
