@@ -39,12 +39,12 @@ def plot_error_per_module(report, *, ax=None, title: str | None = None):
     ax.set_xlabel("aligned module (reference completion order)")
     ax.set_ylabel("||cand - ref|| / ||ref||")
     fd = report.first_divergence
-    if fd:
-        for x, r in zip(xs, rows):
-            if r["reference"] == fd["reference_module"]:
-                ax.axvline(x, color="tab:red", ls="--", lw=1)
-                ax.annotate(f"first divergence\n{r['reference']}", (x, ys[x]), fontsize=8,
-                            xytext=(5, 5), textcoords="offset points")
+    first = next((x for x, r in zip(xs, rows) if r["status"] == "differs"), None)
+    if fd and first is not None:
+        ax.axvline(first, color="tab:red", ls="--", lw=1)
+        ax.text(first, 0.5, f"  first output to differ: {rows[first]['reference']}\n"
+                            f"  fault located in: {fd['reference_module']}",
+                transform=ax.get_xaxis_transform(), fontsize=8, va="center")
     ax.set_title(title or "layer parity: error per module")
     fig.tight_layout()
     return fig
@@ -72,6 +72,8 @@ def plot_error_per_layer(report, *, ax=None, title: str | None = None):
     ax.bar(range(len(rows)), [max(r["rel_err"], 1e-12) for r in rows],
            color=["tab:red" if r["status"] == "differs" else "tab:green" for r in rows])
     ax.set_yscale("log")
+    if rows:
+        ax.set_ylim(bottom=min(max(r["rel_err"], 1e-12) for r in rows) / 10)
     ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("||cand - ref|| / ||ref||")
     ax.set_title(title or "error per layer")
