@@ -116,6 +116,11 @@ def _owner(tensor_name: str) -> str:
     return tensor_name.rsplit(".", 1)[0] if "." in tensor_name else ""
 
 
+def _lift(name: str, names: set[str]) -> str | None:
+    """``name`` when it was captured, else its nearest captured ancestor."""
+    return name if name in names else _parent(name, names)
+
+
 def _parent(name: str, names: set[str]) -> str | None:
     while name:
         name = name.rsplit(".", 1)[0] if "." in name else ""
@@ -170,19 +175,26 @@ def align(ref: list[Record], cand: list[Record], *, module_map=None,
             if len(hits) == 1:
                 add(r.key, hits[0], "module_map")
 
-    # 2. weight map: candidate module <- reference module(s)
+    # 2. weight map: candidate module <- reference module(s); a module not captured (a coarse
+    #    pass hooks one module per repeated block) counts for its nearest captured ancestor
+    rnames = {r.name for r in ref}
+    cnames = {c.name for c in cand}
     fused: list[tuple[set[str], str]] = []
     if weight_map:
         c2r: dict[str, set[str]] = {}
         r2c: dict[str, set[str]] = {}
         for cparam, rtensors in weight_map.items():
-            cmod = _owner(cparam)
+            cmod = _lift(_owner(cparam), cnames)
+            if cmod is None:
+                continue
             if len(rtensors) > 1:  # tied weights: prefer the one with the same leaf names
                 leaf = ".".join(cparam.split(".")[-2:])
                 same = [t for t in rtensors if t.endswith(leaf)]
                 rtensors = same if len(same) == 1 else rtensors
             for rt in rtensors:
-                rmod = _owner(rt)
+                rmod = _lift(_owner(rt), rnames)
+                if rmod is None:
+                    continue
                 c2r.setdefault(cmod, set()).add(rmod)
                 r2c.setdefault(rmod, set()).add(cmod)
         for cmod, rmods in sorted(c2r.items()):
@@ -194,8 +206,6 @@ def align(ref: list[Record], cand: list[Record], *, module_map=None,
                 fused.append((rmods, cmod))
 
     # 3. parents of aligned children (and of fused groups) correspond
-    rnames = {r.name for r in ref}
-    cnames = {c.name for c in cand}
     while True:
         votes: dict[tuple[str, str], int] = {}
         for rk, (ck, _) in pairs.items():

@@ -166,10 +166,42 @@ def _floating(t) -> bool:
     return t is not None and (t.is_floating_point() or t.is_complex())
 
 
+def coarse_names(model) -> set[str] | None:
+    """The modules of ``model`` that a first, coarse pass hooks: every module that is not
+    inside a repeated block. A repeated block is a child with children of its own of a
+    ``ModuleList`` / ``Sequential`` holding several modules (``model.layers.3``); the block is
+    kept, its insides are not. ``None`` when the model has no such stack (hook everything).
+
+    One hook per decoder layer instead of fifteen keeps Python hook overhead small next to
+    a GPU forward; the insides of the first block that differs are captured in a second,
+    fine pass (:mod:`porting_kit.checks.parity`).
+    """
+    import torch
+
+    blocks: list[str] = []
+    for name, m in model.named_modules():
+        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(m) >= 2:
+            for child_name, child in m.named_children():
+                if any(True for _ in child.children()):
+                    blocks.append(f"{name}.{child_name}" if name else child_name)
+    if not blocks:
+        return None
+    inside = tuple(b + "." for b in blocks)
+    return {n for n, _ in model.named_modules() if not n.startswith(inside)}
+
+
+def subtree_names(model, root: str) -> set[str]:
+    """``root`` and every module below it (names as ``named_modules`` gives them)."""
+    return {n for n, _ in model.named_modules()
+            if n == root or root == "" or n.startswith(root + ".")}
+
+
 @contextmanager
 def capture_summaries(model, records: list[Record], *, prefix: str = "",
-                      output_permutation: dict[str, Any] | None = None) -> Iterator[None]:
-    """Hook every module of ``model``; each call appends a :class:`Record` to ``records``.
+                      output_permutation: dict[str, Any] | None = None,
+                      only: set[str] | None = None) -> Iterator[None]:
+    """Hook the modules of ``model`` (all, or those named in ``only``); each call appends a
+    :class:`Record` to ``records``.
 
     ``output_permutation`` maps module names whose output features are a reordering of
     the reference's (see :class:`porting_kit.weights.WeightLoad`) to that reordering.
@@ -199,6 +231,8 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "",
 
     try:
         for name, module in model.named_modules():
+            if only is not None and name not in only:
+                continue
             full = prefix + name
             handles.append(module.register_forward_hook(
                 make_hook(full, type(module).__name__, 0 if not full else full.count(".") + 1,

@@ -29,8 +29,10 @@ from porting_kit.capture import (
     Record,
     capture_full,
     capture_summaries,
+    coarse_names,
     estimate_abs_err,
     estimate_rel_err,
+    subtree_names,
 )
 from porting_kit.compare import describe_mismatch, first_tensor, tensor_metrics
 from porting_kit.context import CheckContext
@@ -179,10 +181,11 @@ def _run(spec, side: str, model, inputs):
     return t
 
 
-def _forward(spec, side, model, inputs, records, output_permutation=None):
+def _forward(spec, side, model, inputs, records, output_permutation=None, only=None):
     import torch
 
-    with capture_summaries(model, records, output_permutation=output_permutation), torch.no_grad():
+    with capture_summaries(model, records, output_permutation=output_permutation, only=only), \
+            torch.no_grad():
         out = _run(spec, side, model, inputs)
     _sync(out)
     return out
@@ -272,20 +275,26 @@ def get_result(ctx: CheckContext) -> ParityResult:
     tol = tolerance_for(ref_param.dtype if ref_param is not None else "float32", spec.get("tolerances"))
     timing: dict[str, float] = {}
 
+    # Pass 1 hooks the modules outside repeated blocks plus one hook per block (coarse_names);
+    # only when a block differs does a second, fine pass hook everything inside it.
+    coarse_r, coarse_c = coarse_names(pair.reference), coarse_names(pair.candidate)
+    if coarse_r is None or coarse_c is None:
+        coarse_r = coarse_c = None
     ctx.progress("parity: reference forward")
     t0 = time.perf_counter()
     rrec: list[Record] = []
-    out_r = _forward(spec, "reference", pair.reference, pair.inputs, rrec)
+    out_r = _forward(spec, "reference", pair.reference, pair.inputs, rrec, only=coarse_r)
     timing["forward_reference"] = time.perf_counter() - t0
     ctx.progress("parity: candidate forward")
     t0 = time.perf_counter()
     crec: list[Record] = []
     out_c = _forward(spec, "candidate", pair.candidate, pair.inputs, crec,
-                     output_permutation=pair.weights.output_permutation)
+                     output_permutation=pair.weights.output_permutation, only=coarse_c)
     timing["forward_candidate"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    alignment = align(rrec, crec, module_map=spec.get("module_map"), weight_map=pair.weights.weight_map)
+    module_map = spec.get("module_map")
+    alignment = align(rrec, crec, module_map=module_map, weight_map=pair.weights.weight_map)
     stats = [_screen(p, tol) for p in alignment.pairs if p.comparable]
     if tuple(out_r.shape) == tuple(out_c.shape):
         output_metric = tensor_metrics(out_r, out_c, tol)
@@ -295,19 +304,51 @@ def get_result(ctx: CheckContext) -> ParityResult:
 
     t0 = time.perf_counter()
     first, first_flagged, metric = None, None, None
+    fine_r: list[Record] = []
+    fine_c: list[Record] = []
     pending = [s for s in stats if s.flagged]
     for _ in range(_MAX_VERIFY):
         if not pending:
             break
-        cand_first = pending[0]
-        loc, m = _locate(spec, pair, stats, cand_first, tol)
+        block = pending[0]
+        cand_first, scope = block, stats
+        sub_r = subtree_names(pair.reference, block.pair.reference.name) if coarse_r is not None else set()
+        sub_c = subtree_names(pair.candidate, block.pair.candidate.name) if coarse_c is not None else set()
+        if len(sub_r) > 1 or len(sub_c) > 1:
+            # fine pass: every module inside the first block that differs
+            ctx.progress("parity: fine pass in " + _display(block.pair.reference.name))
+            fine_r, fine_c = [], []
+            _forward(spec, "reference", pair.reference, pair.inputs, fine_r, only=sub_r)
+            _forward(spec, "candidate", pair.candidate, pair.inputs, fine_c,
+                     output_permutation=pair.weights.output_permutation, only=sub_c)
+            fine_al = align(fine_r, fine_c, module_map=module_map, weight_map=pair.weights.weight_map)
+            scope = [_screen(p, tol) for p in fine_al.pairs if p.comparable]
+            known = {st.pair.reference.key for st in stats}
+            # the block's insides go in just before the block (they complete before it)
+            inner = [st for st in scope if st.pair.reference.key not in known]
+            at = stats.index(block)
+            stats = stats[:at] + inner + stats[at:]
+            pos = alignment.pairs.index(block.pair)
+            alignment.pairs[pos:pos] = [st.pair for st in inner]
+            alignment.unaligned_reference.extend(r for r in fine_al.unaligned_reference
+                                                 if r.key not in known)
+            alignment.unaligned_reference[:] = [
+                r for r in alignment.unaligned_reference
+                if r.key not in {st.pair.reference.key for st in stats}]
+            alignment.unaligned_candidate.extend(fine_al.unaligned_candidate)
+            flagged = [st for st in scope if st.flagged]
+            if flagged:
+                cand_first = flagged[0]
+        loc, m = _locate(spec, pair, scope, cand_first, tol)
         if m is None or not m["within_tolerance"]:
             first, first_flagged, metric = loc, cand_first, m
             break
-        # a false alarm of the sketch screen: drop this module and what it located
-        pending = [s for s in pending if s is not cand_first and s is not loc]
-    nan_origin = {"reference": _nan_origin(spec, pair, "reference", rrec),
-                  "candidate": _nan_origin(spec, pair, "candidate", crec)}
+        # a false alarm of the sketch screen: drop this block and what it located
+        pending = [s for s in pending if s is not block and s is not loc and s is not cand_first]
+    nan_origin = {}
+    for side, coarse_recs, fine_recs in (("reference", rrec, fine_r), ("candidate", crec, fine_c)):
+        origin = _nan_origin(spec, pair, side, fine_recs) if fine_recs else None
+        nan_origin[side] = origin or _nan_origin(spec, pair, side, coarse_recs)
     timing["locate"] = time.perf_counter() - t0
 
     result = ParityResult(pair=pair, alignment=alignment, stats=stats, first_divergence=first,
@@ -450,7 +491,8 @@ def run(ctx: CheckContext) -> list[Finding]:
                                 "candidate_module": _display(fd.pair.candidate.key),
                                 "metric": {k: (str(tuple(v)) if isinstance(v, list) else v)
                                            for k, v in (m or {"estimated_rel_err": fd.rel_err}).items()},
-                                "order": res.alignment.pairs.index(fd.pair)}
+                                "order": next((i for i, p in enumerate(res.alignment.pairs)
+                                               if p.reference.key == fd.pair.reference.key), -1)}
     elif res.output_metric is not None and not res.output_metric["within_tolerance"]:
         m = res.output_metric
         findings.append(Finding(
