@@ -34,7 +34,7 @@ from porting_kit.capture import (
     estimate_rel_err,
     subtree_names,
 )
-from porting_kit.compare import describe_mismatch, first_tensor, tensor_metrics
+from porting_kit.compare import describe_mismatch, first_tensor, quick_metrics, tensor_metrics
 from porting_kit.context import CheckContext
 from porting_kit.errors import InputError
 from porting_kit.findings import Finding, Where, ok, skip
@@ -297,7 +297,7 @@ def get_result(ctx: CheckContext) -> ParityResult:
     alignment = align(rrec, crec, module_map=module_map, weight_map=pair.weights.weight_map)
     stats = [_screen(p, tol) for p in alignment.pairs if p.comparable]
     if tuple(out_r.shape) == tuple(out_c.shape):
-        output_metric = tensor_metrics(out_r, out_c, tol)
+        output_metric = quick_metrics(out_r, out_c, tol) or tensor_metrics(out_r, out_c, tol)
     else:
         output_metric = None
     timing["compare"] = time.perf_counter() - t0
