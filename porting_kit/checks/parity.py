@@ -7,10 +7,13 @@ output has NaN/Inf while its input had none), ``parity.unmapped_weights``
 
 How the first divergence is located
 -----------------------------------
-Each side runs once with summary hooks (:mod:`porting_kit.capture`). Aligned
-pairs (:mod:`porting_kit.align`) are screened in reference completion order
-with the projected error against the dtype's tolerance
-(:mod:`porting_kit.tolerance`). For the first flagged module ``M``: if its
+Each side runs once with sketch hooks (:mod:`porting_kit.capture`) on the
+modules outside repeated blocks plus one per block (``coarse_names``: one hook
+per decoder layer, not fifteen). Aligned pairs (:mod:`porting_kit.align`) are
+screened in reference completion order with the sketch error against the
+dtype's tolerance (:mod:`porting_kit.tolerance`); the outputs are compared in
+full. When a block differs, both sides run again with hooks on everything
+inside that block only, and the screen repeats there. For the first flagged module ``M``: if its
 input already differed, the fault lies in code of the nearest aligned
 ancestor that is not itself a module (attention math between ``q_proj`` and
 ``o_proj``, a residual add), so that ancestor is the location; otherwise
