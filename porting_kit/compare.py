@@ -95,7 +95,8 @@ def tensor_metrics(ref, cand, tol: Tolerance) -> dict[str, Any]:
     dict
         ``numel``, ``mismatched`` (elements outside ``atol + rtol*|ref|``, NaN/Inf
         counting as mismatched), ``max_abs`` and ``max_abs_index``, ``max_rel`` and
-        ``max_rel_index``, ``rel_err`` (``||cand-ref||/||ref||`` over finite elements),
+        ``max_rel_index`` (over the elements finite on both sides), ``rel_err``
+        (``||cand-ref||/||ref||`` over the same elements),
         ``cosine``, ``nonfinite_reference``, ``nonfinite_candidate``,
         ``within_tolerance`` (bool) and ``tolerance`` (text). Indices are lists in
         the tensor's shape.
@@ -126,9 +127,9 @@ def tensor_metrics(ref, cand, tol: Tolerance) -> dict[str, Any]:
         cnt["nfb"] += (~fb).sum()
         both = fa & fb
         d = (b - a).abs_()
-        d = torch.where(both, d, torch.full_like(d, float("inf")))  # NaN/Inf count as worst
+        d = torch.where(both, d, torch.zeros_like(d))  # figures over finite elements only
         absa = a.abs()
-        cnt["mis"] += (d > absa * tol.rtol + tol.atol).sum()
+        cnt["mis"] += (d > absa * tol.rtol + tol.atol).sum() + (~both).sum()  # NaN/Inf mismatch
         v, i = torch.max(d, 0)
         take = v > best_abs[0]
         best_abs = (torch.where(take, v, best_abs[0]), torch.where(take, i + start, best_abs[1]))
