@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -68,27 +66,11 @@ def library_versions() -> dict[str, str]:
 def _atomic_write_audio(path: Path, wav, sample_rate: int, subtype: str, backup: bool) -> None:
     import soundfile as sf
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if backup and path.exists():
-        _copy(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        sf.write(tmp, wav, sample_rate, subtype=subtype)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from porting_kit.fsutil import atomic_write
 
-
-def _copy(path: Path) -> None:
-    import shutil
-
-    from porting_kit.fsutil import backup_path
-
-    shutil.copy2(path, backup_path(path))
+    # the temporary file keeps the audio suffix: soundfile picks the format from it
+    atomic_write(path, lambda tmp: sf.write(tmp, wav, sample_rate, subtype=subtype),
+                 backup=backup, suffix=path.suffix)
 
 
 def write_clip(path: str | Path, wav, sample_rate: int, sidecar: dict[str, Any], *,

@@ -40,7 +40,6 @@ SKETCH_ROWS = 8
 SKETCH_COLS = 8
 PROJ_K = SKETCH_ROWS * SKETCH_COLS
 _SEED = 20261129
-_SKETCH_DTYPES: tuple = ()  # filled lazily with (float32, float16, bfloat16)
 #: Sketch matrices by (kind, size, device, dtype); a few MB at most (R for a 152k vocabulary).
 _MATRICES: dict[tuple, Any] = {}
 
@@ -128,7 +127,7 @@ class _Sketcher:
             x = torch.view_as_real(x).flatten(-2)
         if x.dim() != 2:
             x = x.reshape(1, -1) if x.dim() < 2 else x.reshape(-1, x.shape[-1])
-        if x.dtype not in _SKETCH_DTYPES:
+        if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             x = x.float()
         slot = self.n
         if slot >= self.buf.shape[0]:
@@ -150,7 +149,7 @@ class _Sketcher:
                 sx = sx.float()
             torch.mm(sx, r, out=self.buf[slot])
         else:
-            self.buf[slot].fill_(float("nan"))  # an empty tensor has no sketch
+            self.buf[slot].zero_()  # an empty tensor: a zero sketch, equal on both sides
         return Summary(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
                        numel=t.numel(), slot=slot)
 
@@ -211,8 +210,6 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "",
     """
     import torch
 
-    global _SKETCH_DTYPES
-    _SKETCH_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
     first = next(iter(model.parameters()), None)
     sketcher = _Sketcher(first.device if first is not None else "cpu")
     perms = output_permutation or {}

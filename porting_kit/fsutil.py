@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from porting_kit.errors import InputError
@@ -21,23 +22,23 @@ def backup_path(path: Path) -> Path:
     return cand
 
 
-def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder
-    and ``os.replace``, so a crash never leaves a half-written file.
+def atomic_write(path: Path, write: Callable[[str], None], *, backup: bool = False,
+                 suffix: str = ".tmp") -> None:
+    """Write ``path`` atomically: ``write(tmp_path)`` fills a temporary file in the same
+    folder, then ``os.replace`` puts it in place, so a crash never leaves a half-written file.
 
-    With ``backup=True`` an existing file is first copied to a fresh
-    :func:`backup_path`. A new file gets the usual permissions (``0o666`` less
-    the umask); a replaced one keeps its mode. Raises ``OSError`` when the folder
-    cannot be written.
+    With ``backup=True`` an existing file is first copied to a fresh :func:`backup_path`.
+    A new file gets the usual permissions (``0o666`` less the umask); a replaced one keeps
+    its mode. Raises ``OSError`` when the folder cannot be written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if backup and path.exists():
         shutil.copy2(path, backup_path(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write(tmp)
         if path.exists():
             shutil.copymode(path, tmp)
         else:
@@ -49,6 +50,16 @@ def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
+    """:func:`atomic_write` of UTF-8 ``text``."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+    atomic_write(path, write, backup=backup)
 
 
 def check_output_path(path: Path | None, *, inputs: list[Path | str | None] = (), what: str = "--json") -> None:
