@@ -81,7 +81,7 @@ def _two_forwards(spec, pair, device):
 
 
 def _loaded_context(args, layers: int, variant_options=None):
-    from porting_kit.checks.parity import load_pair
+    from porting_kit.load import load_pair
     from porting_kit.context import CheckContext
 
     spec = build_spec(args.width, layers, args.tokens, args.vocab, variant_options,
@@ -221,7 +221,7 @@ def measure_memory(args) -> dict:
 
 def measure_tolerance(device: str) -> None:
     """Print the largest per-module relative error of clean pairs in bf16 and fp16 (the
-    measurement behind porting_kit.tolerance's defaults)."""
+    measurement behind porting_kit.probes.tolerance's defaults)."""
     from pathlib import Path
 
     from porting_kit.runner import run_check

@@ -21,7 +21,7 @@ import torch
 
 from porting_kit.adapters.encodec_meta import (build_hf_encodec, build_meta_encodec,
                                                convert_hf_to_meta, hop_length_of)
-from porting_kit.streaming import stream_decode
+from porting_kit.probes.streaming import stream_decode
 
 VARIANTS = {
     "hop_trim": "candidate computes its output length from frames - 1 (drops the last hop of samples)",

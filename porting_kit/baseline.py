@@ -21,7 +21,7 @@ provenance         free text (e.g. the espeak-ng command of a speech clip)
 
 ``porting-kit baseline compare SPEC`` decodes the same codes with
 ``decode_candidate`` and compares the served audio with the recorded file
-(:func:`porting_kit.audio.analyse_waveforms`): the ``hop`` and ``channel``
+(:func:`porting_kit.probes.waveform.analyse_waveforms`): the ``hop`` and ``channel``
 codes of the audio checks. Nothing is overwritten without ``force`` (then the
 old files are kept as ``.bak``); writes are atomic.
 """
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from porting_kit.errors import InputError
-from porting_kit.findings import Report, ok
+from porting_kit.report.findings import Report, ok
 
 SCHEMA = "porting-kit/baseline/1"
 
@@ -161,7 +161,7 @@ def _codes_digest(codes) -> str:
 
 
 def _load(spec_path, example, variant=None):
-    from porting_kit.audio_spec import missing_reason
+    from porting_kit.probes.codec_pair import missing_reason
     from porting_kit.spec import load_spec
 
     spec = load_spec(spec_path, example=example, variant=variant)
@@ -199,7 +199,7 @@ def record(spec_path: str | Path | None, *, example: str | None = None,
     """
     import torch
 
-    from porting_kit.audio import as_channels_first
+    from porting_kit.probes.waveform import as_channels_first
 
     spec = _load(spec_path, example)
     codes = spec.call("codes")
@@ -231,8 +231,8 @@ def compare(spec_path: str | Path | None, *, example: str | None = None, variant
     """
     import torch
 
-    from porting_kit.audio import FP32_MIN_SNR_DB, analyse_waveforms, read_audio
-    from porting_kit.audio_spec import hop_length_of_spec
+    from porting_kit.probes.waveform import FP32_MIN_SNR_DB, analyse_waveforms, read_audio
+    from porting_kit.probes.codec_pair import hop_length_of_spec
 
     t0 = time.perf_counter()
     spec = _load(spec_path, example, variant)

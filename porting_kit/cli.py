@@ -17,7 +17,7 @@ from rich.console import Console
 
 from porting_kit import __version__
 from porting_kit.errors import InputError
-from porting_kit.findings import EXIT_INPUT
+from porting_kit.report.findings import EXIT_INPUT
 
 app = typer.Typer(add_completion=False, no_args_is_help=False,
                   help="Find the silent faults in ports of HF TTS/audio models to vLLM-Omni / SGLang-Omni.")
@@ -87,7 +87,7 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         from porting_kit.fsutil import check_output_path
-        from porting_kit.render import print_report
+        from porting_kit.report.render import print_report
         from porting_kit.runner import run_check
 
         check_output_path(json_path, inputs=[spec])
@@ -135,9 +135,9 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
     """Compare two audio files: length, sample rate, channels, lag, SNR, log-mel distance."""
 
     def body() -> int:
-        from porting_kit.audio import compare_files
+        from porting_kit.probes.waveform import compare_files
         from porting_kit.fsutil import check_output_path
-        from porting_kit.render import print_report
+        from porting_kit.report.render import print_report
 
         check_output_path(json_path, inputs=[ref, cand])
         check_output_path(plot, inputs=[ref, cand], what="--plot")
@@ -181,7 +181,7 @@ def baseline_compare(spec: Path | None = typer.Argument(None, help="Port spec (d
     def body() -> int:
         from porting_kit.baseline import compare
         from porting_kit.fsutil import check_output_path
-        from porting_kit.render import print_report
+        from porting_kit.report.render import print_report
 
         check_output_path(json_path, inputs=[spec])
         report = compare(str(spec) if spec else None, example=example, variant=variant, out_dir=out)
@@ -189,6 +189,26 @@ def baseline_compare(spec: Path | None = typer.Argument(None, help="Port spec (d
         if json_path:
             report.write_json(json_path)
         return report.exit_code
+
+    _exit(_guard(body))
+
+
+@app.command()
+def notebooks(dest: Path = typer.Argument(..., help="Folder to copy the walkthroughs into (absent or a directory)."),
+              force: bool = typer.Option(False, "--force", help="Replace files that differ, keeping a .bak.")):
+    """Copy the walkthrough notebooks and the example specs they use into DEST."""
+
+    def body() -> int:
+        from porting_kit.notebooks import copy_notebooks
+
+        result = copy_notebooks(dest, force=force)
+        for rel in result.written:
+            console.print(f"wrote {dest / rel}", markup=False, highlight=False)
+        if result.unchanged:
+            console.print(f"{len(result.unchanged)} file(s) already up to date", markup=False)
+        if result.written:
+            console.print(f"open them with: jupyter lab {dest}", markup=False, highlight=False)
+        return 0
 
     _exit(_guard(body))
 
@@ -211,7 +231,7 @@ def scaffold(ctx: typer.Context):
     Options: --framework {vllm-omni,sglang-omni} --shape {two-stage,single-stage-ar,native-ar}
     --model-type NAME --config CONFIG_JSON (--out DIR | --into PATH) [--arch NAME] [--force].
     """
-    from porting_kit.scaffold import cli_main
+    from porting_kit.scaffold.generate import cli_main
 
     _exit(_guard(lambda: cli_main(list(ctx.args))))
 
@@ -219,7 +239,7 @@ def scaffold(ctx: typer.Context):
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def validate(ctx: typer.Context):
     """Validate a scaffold: --static DIR against the real framework schemas, or on a GPU."""
-    from porting_kit.validate import cli_main
+    from porting_kit.scaffold.validate import cli_main
 
     _exit(_guard(lambda: cli_main(list(ctx.args))))
 

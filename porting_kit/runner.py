@@ -1,4 +1,4 @@
-"""Run the check families of a spec and collect one :class:`~porting_kit.findings.Report`.
+"""Run the check families of a spec and collect one :class:`~porting_kit.report.findings.Report`.
 
 This is the one library call behind ``porting-kit check``, the notebooks and
 the tests: :func:`run_check`.
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from porting_kit.context import CheckContext
 from porting_kit.errors import InputError
-from porting_kit.findings import Finding, Report, skip
+from porting_kit.report.findings import Finding, Report, skip
 from porting_kit.spec import Spec, load_spec
 
 #: Family prefix -> module under porting_kit.checks, in run order (static config first,
@@ -22,8 +22,8 @@ FAMILIES: dict[str, str] = {
     "parity": "parity",
     "rope": "rope",
     "norm": "norm",
-    "hop": "hop_length",
-    "channel": "channel_mix",
+    "hop": "hop",
+    "channel": "channel",
     "dtype": "dtype",
     "rng": "rng",
     "lifecycle": "lifecycle",

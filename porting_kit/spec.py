@@ -6,7 +6,7 @@ A spec is a plain module. Required for layer parity: ``reference()``,
 names (``codes``, ``decode_reference``, ``decode_candidate``, ``hop_length`` or
 ``codec_config``, optional ``decode_candidate_stream`` with ``stream_chunk_frames``
 / ``stream_context_frames``, ``codec_candidate``; README "Port spec: audio names",
-:mod:`porting_kit.audio_spec`), ``engine_model``, ``synthesize_candidate`` / ``synthesize_reference``,
+:mod:`porting_kit.probes.codec_pair`), ``engine_model``, ``synthesize_candidate`` / ``synthesize_reference``,
 ``reference_config`` / ``candidate_config``. A spec that only defines the
 generator-style names (``engine_model`` or ``synthesize_candidate``) is valid:
 parity is then reported as ``skip``.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from porting_kit.scaffold import ScaffoldOptions, scaffold
+from porting_kit.scaffold.generate import ScaffoldOptions, scaffold
 
 CONFIG = {
     "architectures": ["MyTTSForConditionalGeneration"],

@@ -7,7 +7,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from porting_kit.adapters.vllm_omni_engine import (
+from porting_kit.adapters.vllm_omni.engine import (
     EngineDriver,
     EngineError,
     EngineRequest,

@@ -31,7 +31,7 @@ def test_lifecycle_variant_names_its_code(variant, code):
 
 
 def test_clean_model_passes_lifecycle_with_four_interleaved_requests():
-    from porting_kit.checks.rng import get_suite
+    from porting_kit.probes.engine_suite import get_suite
     from porting_kit.context import CheckContext
     from porting_kit.spec import load_spec
 

@@ -10,7 +10,7 @@ import pytest
 
 from porting_kit.lint.main import main
 
-scaffold = pytest.importorskip("porting_kit.scaffold")
+scaffold = pytest.importorskip("porting_kit.scaffold.generate")
 
 CONFIG = {"model_type": "toy_tts", "architectures": ["ToyTTSForCausalLM"], "hidden_size": 256,
           "vocab_size": 1024, "sample_rate": 24000, "hop_length": 1920, "num_codebooks": 8,

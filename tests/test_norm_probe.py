@@ -1,9 +1,9 @@
-"""Unit tests of the norm probe functions (porting_kit.normprobe)."""
+"""Unit tests of the norm probe functions (porting_kit.probes.norms)."""
 
 import pytest
 import torch
 
-from porting_kit.normprobe import bf16_error, find_norms, fingerprint, layer_norm, rms_norm
+from porting_kit.probes.norms import bf16_error, find_norms, fingerprint, layer_norm, rms_norm
 
 
 class RMS(torch.nn.Module):

@@ -192,7 +192,7 @@ def test_json_report_carries_evidence_and_hint(tmp_path):
 
 
 def _site(inv_freq, dtype="float32"):
-    from porting_kit.rotary import RotarySite
+    from porting_kit.probes.rotary import RotarySite
 
     return RotarySite("rot.inv_freq", "inv_freq", inv_freq, dtype, None)
 
@@ -202,8 +202,8 @@ def test_static_fallback_compares_tables():
     import torch
 
     from porting_kit.checks.rope import _static_diagnosis
-    from porting_kit.findings import Where
-    from porting_kit.rotary import default_inv_freq
+    from porting_kit.report.findings import Where
+    from porting_kit.probes.rotary import default_inv_freq
 
     ref = [_site(default_inv_freq(1e6, 16))]
     why = "no attention call seen"

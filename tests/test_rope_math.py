@@ -1,11 +1,11 @@
-"""Unit tests of the RoPE probe functions (porting_kit.rotary): the math, discovery, measurement."""
+"""Unit tests of the RoPE probe functions (porting_kit.probes.rotary): the math, discovery, measurement."""
 
 import math
 
 import pytest
 import torch
 
-from porting_kit.rotary import (
+from porting_kit.probes.rotary import (
     HALF,
     INTERLEAVED,
     Structure,

@@ -12,10 +12,10 @@ from scaffold_helpers import SHAPES, make_scaffold, unpack_tree, write_config
 
 from porting_kit.cli import main as cli
 from porting_kit.errors import InputError
-from porting_kit.scaffold import ScaffoldOptions, _safe_target, ruff_check, scaffold
-from porting_kit.scaffold_facts import read_model_facts
-from porting_kit.scaffold_register import add_adapter_import, add_pipeline_registration, only_added
-from porting_kit.validate import validate_static
+from porting_kit.scaffold.generate import ScaffoldOptions, _safe_target, ruff_check, scaffold
+from porting_kit.scaffold.facts import read_model_facts
+from porting_kit.adapters.vllm_omni.registry import add_adapter_import, add_pipeline_registration, only_added
+from porting_kit.scaffold.validate import validate_static
 
 
 def _digest(root: Path) -> dict[str, str]:

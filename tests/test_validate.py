@@ -12,7 +12,7 @@ import pytest
 from scaffold_helpers import copy_tree, make_scaffold
 
 from porting_kit.cli import main as cli
-from porting_kit.validate import validate_static
+from porting_kit.scaffold.validate import validate_static
 
 DEPLOY = "vllm_omni/deploy/my_tts.yaml"
 ADAPTER = "vllm_omni/entrypoints/openai/tts_adapters/my_tts.py"

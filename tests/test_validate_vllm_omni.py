@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from scaffold_helpers import SHAPES, copy_tree, make_scaffold, unpack_tree, write_config
 
-from porting_kit.adapters.vllm_omni import real_available
-from porting_kit.scaffold import ScaffoldOptions, scaffold
-from porting_kit.validate import validate_static
+from porting_kit.adapters.vllm_omni.schema import real_available
+from porting_kit.scaffold.generate import ScaffoldOptions, scaffold
+from porting_kit.scaffold.validate import validate_static
 
 AVAILABLE, WHY = real_available()
 pytestmark = [pytest.mark.vllm_omni,

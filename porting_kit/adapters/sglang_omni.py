@@ -23,9 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from porting_kit.findings import Finding, Where
+from porting_kit.report.findings import Finding, Where
+from porting_kit.resources import data_file
 
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "data" / "sglang_omni_schema.json"
+SCHEMA_FILE = data_file("sglang_omni_schema.json")
 TARGET_VERSION = "0.1.9"
 #: StageConfig fields that wire the graph: owned by config.py, never by overrides.
 TOPOLOGY_FIELDS = ("name", "factory_path", "next", "terminal", "route_fn", "wait_for", "wait_for_fn",

@@ -37,7 +37,7 @@ from typing import Any
 
 from porting_kit.context import CheckContext
 from porting_kit.errors import InputError
-from porting_kit.findings import Finding, Where, ok, skip
+from porting_kit.report.findings import Finding, Where, ok, skip
 
 P = "config"
 
@@ -155,7 +155,7 @@ def _side_config(ctx: CheckContext, side: str) -> tuple[dict | None, str]:
         return d, f"{fn}()"
     if not spec.has_parity:
         return None, ""
-    from porting_kit.checks.parity import load_pair
+    from porting_kit.load import load_pair
 
     model = getattr(load_pair(ctx), side)
     for attr in ("config", "params", "args"):

@@ -19,7 +19,7 @@ loss in dB. Runs when the spec defines the audio names; else ``skip``.
 
 from __future__ import annotations
 
-from porting_kit.findings import Finding, Where, ok, skip
+from porting_kit.report.findings import Finding, Where, ok, skip
 
 
 def _codec_dtypes(module) -> dict[str, int]:
@@ -33,8 +33,8 @@ def _codec_dtypes(module) -> dict[str, int]:
 
 def run(ctx) -> list[Finding]:
     """``dtype.codec_autocast`` when the candidate codec is not float32 (or ``dtype.ok`` / skip)."""
-    from porting_kit.audio import FP32_MIN_SNR_DB, dtype_name
-    from porting_kit.audio_spec import get_audio_pair
+    from porting_kit.probes.waveform import FP32_MIN_SNR_DB, dtype_name
+    from porting_kit.probes.codec_pair import get_audio_pair
 
     pair = get_audio_pair(ctx)
     if isinstance(pair, str):

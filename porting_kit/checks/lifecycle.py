@@ -6,7 +6,7 @@ served waveform, ``channel.shape_contract`` (emitted here with ``check="channel"
 since only the engine drive sees the served chunks).
 
 Needs ``engine_model()``; the facts come from the same
-:func:`porting_kit.checks.rng.get_suite` run the ``rng`` family judges (computed
+:func:`porting_kit.probes.engine_suite.get_suite` run the ``rng`` family judges (computed
 once per check run). What is checked:
 
 * dummy / profile calls (``runtime_additional_information=[]`` and rows flagged
@@ -27,7 +27,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 from porting_kit.context import CheckContext
-from porting_kit.findings import Finding, Where, ok, skip
+from porting_kit.report.findings import Finding, Where, ok, skip
 
 PREFIX = "lifecycle"
 
@@ -37,7 +37,7 @@ def run(ctx: CheckContext) -> list[Finding]:
     if not callable(ctx.spec.get("engine_model")):
         return [skip(PREFIX, "the lifecycle contract needs engine_model() (a generator-style model); "
                              "this spec does not define it")]
-    from porting_kit.checks.rng import get_suite
+    from porting_kit.probes.engine_suite import get_suite
 
     suite = get_suite(ctx)
     findings: list[Finding] = []
@@ -98,7 +98,7 @@ def _missing_outputs(suite) -> list[Finding]:
 
 
 def _eos(suite) -> list[Finding]:
-    from porting_kit.checks.rng import compare_to_solo, determinism
+    from porting_kit.probes.engine_suite import compare_to_solo, determinism
 
     ev: dict = {}
     reasons = []
@@ -198,4 +198,4 @@ def _shape_contract(suite) -> list[Finding]:
                         Where(None, "engine_model.forward"),
                         "Mix (channels, samples) down by the channel mean (waveform.mean(0)), never "
                         "by .reshape(-1) / .T.reshape(-1); cast to float32 on the way out.")]
-    return []  # the channel family's own ok finding comes from checks/channel_mix.py
+    return []  # the channel family's own ok finding comes from checks/channel.py

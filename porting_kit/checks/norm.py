@@ -4,7 +4,7 @@ Codes: ``norm.eps_mismatch``, ``norm.kind_mismatch``, ``norm.weight_offset``,
 ``norm.no_fp32_upcast``, ``norm.placement``, ``norm.missing_qk_norm``,
 ``norm.unexplained``; ``norm.ok``; ``norm.skipped``.
 
-How it decides (:mod:`porting_kit.normprobe` does the measuring)
+How it decides (:mod:`porting_kit.probes.norms` does the measuring)
 ----------------------------------------------------------------
 1. Both models run once with their norm calls recorded. Norm modules are
    paired by width and call order (hidden-size norms with hidden-size norms,
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from porting_kit.context import CheckContext
-from porting_kit.findings import Finding, Where, ok, skip
-from porting_kit.normprobe import NormCall, NormSite, capture_norm_calls, find_norms, fingerprint
-from porting_kit.sides import run_side
+from porting_kit.report.findings import Finding, Where, ok, skip
+from porting_kit.probes.norms import NormCall, NormSite, capture_norm_calls, find_norms, fingerprint
+from porting_kit.load import run_side
 
 P = "norm"
 
@@ -85,7 +85,7 @@ def run(ctx: CheckContext) -> list[Finding]:
     """The norm family: see the module docstring. Returns the findings (one per code)."""
     if not ctx.spec.has_parity:
         return [skip(P, "the spec has no reference()/candidate()/inputs(): nothing to probe")]
-    from porting_kit.checks.parity import load_pair
+    from porting_kit.load import load_pair
 
     pair = load_pair(ctx)
     ref_sites, cand_sites = find_norms(pair.reference), find_norms(pair.candidate)

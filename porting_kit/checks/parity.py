@@ -7,11 +7,11 @@ output has NaN/Inf while its input had none), ``parity.unmapped_weights``
 
 How the first divergence is located
 -----------------------------------
-Each side runs once with sketch hooks (:mod:`porting_kit.capture`) on the
+Each side runs once with sketch hooks (:mod:`porting_kit.probes.capture`) on the
 modules outside repeated blocks plus one per block (``coarse_names``: one hook
-per decoder layer, not fifteen). Aligned pairs (:mod:`porting_kit.align`) are
+per decoder layer, not fifteen). Aligned pairs (:mod:`porting_kit.probes.align`) are
 screened in reference completion order with the sketch error against the
-dtype's tolerance (:mod:`porting_kit.tolerance`); the outputs are compared in
+dtype's tolerance (:mod:`porting_kit.probes.tolerance`); the outputs are compared in
 full. When a block differs, both sides run again with hooks on everything
 inside that block only, and the screen repeats there. For the first flagged module ``M``: if its
 input already differed, the fault lies in code of the nearest aligned
@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from porting_kit.align import AlignedPair, Alignment, align
-from porting_kit.capture import (
+from porting_kit.probes.align import AlignedPair, Alignment, align
+from porting_kit.probes.capture import (
     Record,
     capture_full,
     capture_summaries,
@@ -37,39 +37,19 @@ from porting_kit.capture import (
     estimate_rel_err,
     subtree_names,
 )
-from porting_kit.compare import describe_mismatch, first_tensor, quick_metrics, tensor_metrics
+from porting_kit.probes.compare import describe_mismatch, first_tensor, quick_metrics, tensor_metrics
 from porting_kit.context import CheckContext
 from porting_kit.errors import InputError
-from porting_kit.findings import Finding, Where, ok, skip
-from porting_kit.tolerance import Tolerance, dtype_name, tolerance_for
-from porting_kit.weights import WeightLoad, load_weights
+from porting_kit.report.findings import Finding, Where, ok, skip
+from porting_kit.probes.tolerance import Tolerance, dtype_name, tolerance_for
+from porting_kit.load import LoadedPair, load_pair
 
 _MAX_VERIFY = 3
 
 
 @dataclass
-class LoadedPair:
-    """The spec's models with the reference's weights loaded into the candidate.
-
-    Attributes
-    ----------
-    reference, candidate : torch.nn.Module
-        In eval mode, on ``ctx.device``, cast to ``ctx.dtype`` when given.
-    inputs : dict
-        The spec's ``inputs()``, tensors moved to the device (floating ones cast).
-    weights : WeightLoad
-        Weight map and the unmapped / unset tensors.
-    """
-
-    reference: Any
-    candidate: Any
-    inputs: dict
-    weights: WeightLoad
-
-
-@dataclass
 class PairStat:
-    """An aligned pair with its screened error (sketch estimates, :mod:`porting_kit.capture`).
+    """An aligned pair with its screened error (sketch estimates, :mod:`porting_kit.probes.capture`).
 
     ``input_flagged`` is known only for the pair that was located (full re-run)."""
 
@@ -95,7 +75,7 @@ class ParityResult:
     first_flagged : PairStat or None
         The first module whose output differs (may be inside ``first_divergence``).
     divergence_metric : dict or None
-        Full-tensor metrics of the located pair (:func:`porting_kit.compare.tensor_metrics`).
+        Full-tensor metrics of the located pair (:func:`porting_kit.probes.compare.tensor_metrics`).
     output_metric : dict or None
         Full-tensor metrics of the compared outputs (``run_reference`` vs ``run_candidate``).
     nan_origin : dict
@@ -117,55 +97,6 @@ class ParityResult:
     reference_records: list[Record] = field(repr=False, default_factory=list)
     candidate_records: list[Record] = field(repr=False, default_factory=list)
     timing: dict = field(default_factory=dict)
-
-
-def _to(obj, device, dtype):
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        if dtype is not None and obj.is_floating_point():
-            return obj.to(device=device, dtype=dtype)
-        return obj.to(device=device)
-    if isinstance(obj, dict):
-        return {k: _to(v, device, dtype) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to(v, device, dtype) for v in obj)
-    return obj
-
-
-def load_pair(ctx: CheckContext) -> LoadedPair:
-    """Build the spec's models, load weights reference -> candidate, move to device/dtype.
-
-    Cached in ``ctx.state['pair']``. Raises InputError when the spec's functions
-    fail or the weights cannot be loaded.
-    """
-    if "pair" in ctx.state:
-        return ctx.state["pair"]
-    import torch
-
-    spec = ctx.spec
-    ctx.progress("parity: building models")
-    reference = spec.call("reference")
-    candidate = spec.call("candidate")
-    for side, m in (("reference", reference), ("candidate", candidate)):
-        if not isinstance(m, torch.nn.Module):
-            raise InputError(f"{spec.name}: {side}() must return a torch.nn.Module, got {type(m).__name__}")
-    inputs = spec.call("inputs")
-    if not isinstance(inputs, dict):
-        raise InputError(f"{spec.name}: inputs() must return a dict, got {type(inputs).__name__}")
-    ctx.progress("parity: loading weights")
-    weights = load_weights(spec, reference, candidate)
-    dtype = ctx.torch_dtype()
-    try:
-        reference.to(device=ctx.device, dtype=dtype) if dtype else reference.to(ctx.device)
-        candidate.to(device=ctx.device, dtype=dtype) if dtype else candidate.to(ctx.device)
-    except (RuntimeError, AssertionError) as exc:
-        raise InputError(f"--device {ctx.device}: cannot move the models there: {exc}") from exc
-    reference.eval()
-    candidate.eval()
-    pair = LoadedPair(reference, candidate, _to(inputs, ctx.device, dtype), weights)
-    ctx.state["pair"] = pair
-    return pair
 
 
 def _run(spec, side: str, model, inputs):

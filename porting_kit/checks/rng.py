@@ -7,7 +7,7 @@ Two spec forms are served:
 
 * ``engine_model() -> model`` (generator-style, MOSS-TTS-Nano shape): the model is
   driven through vLLM-Omni's AR-runner contract by
-  :func:`porting_kit.adapters.vllm_omni_engine.run_contract_suite` (solo runs,
+  :func:`porting_kit.adapters.vllm_omni.engine.run_contract_suite` (solo runs,
   N >= 4 seeded requests interleaved / permuted / joining mid-stream, an abort
   of one of three in-flight requests, serial requests after an abort). Every
   code is judged from behaviour.
@@ -16,7 +16,8 @@ Two spec forms are served:
   ``rng.global_state_mutated`` can be judged.
 
 A spec with neither gets one ``skip``. The suite is computed once per run and
-shared with ``checks/lifecycle.py`` through :func:`get_suite`.
+shared with ``checks/lifecycle.py`` through
+:func:`porting_kit.probes.engine_suite.get_suite`.
 
 How the diagnosis is made (differential)
 ----------------------------------------
@@ -34,18 +35,14 @@ solo run is not reproducible from the same process-RNG state gets
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from porting_kit.context import CheckContext
 from porting_kit.errors import InputError
-from porting_kit.findings import Finding, Where, ok, skip
+from porting_kit.probes.engine_suite import ATOL, compare_to_solo, determinism, first_diff, get_suite, same_chunk
+from porting_kit.report.findings import Finding, Where, ok, skip
 
 PREFIX = "rng"
-#: Absolute tolerance for "identical" audio (float32 rounding only: a row must not
-#: depend on its batch neighbours).
-ATOL = 1e-6
-STATE_KEY = "rng.engine_suite"
 SYNTH_TEXT = "porting kit checks that one seed gives one waveform"
 SYNTH_SEED = 1234
 
@@ -53,180 +50,6 @@ HINT_GLOBAL = ("Draw from a per-request torch.Generator (torch.multinomial(..., 
                "g = torch.Generator(device).manual_seed(seed)); where upstream code can only use the "
                "global RNG, save the process RNG state, swap the request's own state in around its "
                "step and restore it (torch.random.fork_rng), so the global state is left as it was.")
-
-
-# ----------------------------------------------------------------------------
-# Shared with lifecycle.py
-# ----------------------------------------------------------------------------
-
-def get_suite(ctx: CheckContext):
-    """The :class:`~porting_kit.adapters.vllm_omni_engine.ContractSuite` of this run,
-    computed once from the spec's ``engine_model()`` and cached in ``ctx.state``.
-
-    Raises
-    ------
-    InputError
-        ``engine_model()`` raised, returned nothing, or the model raised while
-        being driven (the message names the engine call).
-    """
-    if STATE_KEY not in ctx.state:
-        from porting_kit.adapters.vllm_omni_engine import EngineError, run_contract_suite
-
-        def factory():
-            # The model places itself (as a vLLM model does in __init__); the driver
-            # puts input ids and positions on ctx.device.
-            return ctx.spec.call("engine_model")
-
-        ctx.progress("rng/lifecycle: driving engine_model() through the AR-runner contract")
-        try:
-            ctx.state[STATE_KEY] = run_contract_suite(factory, device=ctx.device)
-        except EngineError as exc:
-            raise InputError(f"{ctx.spec.name}: engine_model(): {exc}") from exc
-    return ctx.state[STATE_KEY]
-
-
-def same_chunk(a: Any, b: Any, atol: float = ATOL) -> bool:
-    """True when two chunks are tensors of one shape within ``atol``."""
-    import torch
-
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape:
-        return False
-    if a.numel() == 0:
-        return True
-    return bool(torch.allclose(a.float(), b.float(), rtol=0.0, atol=atol))
-
-
-@dataclass
-class Mismatch:
-    """One request whose batched run differs from its solo run.
-
-    ``kind``: ``"collapse"`` (a chunk equals another request's solo chunk),
-    ``"crosstalk"`` (content differs otherwise), ``"early"`` / ``"late"`` (same
-    content, fewer / more chunks: an EOS problem). ``chunk`` is the first chunk
-    index that differs (or where the shorter run ends); ``sample`` the first
-    differing sample of the served waveform.
-    """
-
-    scenario: str
-    request_id: str
-    kind: str
-    chunk: int
-    solo_chunks: int
-    batch_chunks: int
-    sample: int
-    max_abs_diff: float
-    other_request: str | None = None
-    other_chunk: int | None = None
-
-
-def _first_diff(a, b) -> tuple[int, float]:
-    """First differing sample of two waveforms and the max |diff| over the common part."""
-    import torch
-
-    a, b = a.reshape(-1).float(), b.reshape(-1).float()
-    n = min(a.numel(), b.numel())
-    if n == 0:
-        return 0, 0.0
-    d = (a[:n] - b[:n]).abs()
-    bad = torch.nonzero(d > ATOL)
-    first = int(bad[0]) if bad.numel() else n
-    return first, float(d.max())
-
-
-def compare_to_solo(suite) -> list[Mismatch]:
-    """Compare every request of every batch scenario with its solo run (see module docstring).
-
-    Requests with an unreadable chunk (``None``: no ``model_outputs``) are left to
-    ``lifecycle.missing_model_outputs``.
-    """
-    solo_chunks = {rid: sc.results[rid].chunks for rid, sc in suite.solo.items()}
-    out: list[Mismatch] = []
-    for sc in suite.batches:
-        for rid, res in sc.results.items():
-            ref = solo_chunks[rid]
-            if any(c is None for c in res.chunks) or any(c is None for c in ref):
-                continue
-            n = min(len(ref), len(res.chunks))
-            k = next((i for i in range(n) if not same_chunk(res.chunks[i], ref[i])), None)
-            sample, diff = _first_diff(res.waveform(), suite.solo[rid].results[rid].waveform())
-            if k is not None:
-                other = None
-                for qid, qchunks in solo_chunks.items():
-                    if qid == rid:
-                        continue
-                    j = next((j for j, c in enumerate(qchunks)
-                              if c.numel() > 0 and same_chunk(res.chunks[k], c)), None)
-                    if j is not None:
-                        other = (qid, j)
-                        break
-                out.append(Mismatch(sc.name, rid, "collapse" if other else "crosstalk", k, len(ref),
-                                    len(res.chunks), sample, diff,
-                                    other[0] if other else None, other[1] if other else None))
-            elif len(ref) != len(res.chunks):
-                out.append(Mismatch(sc.name, rid, "early" if len(res.chunks) < len(ref) else "late",
-                                    n, len(ref), len(res.chunks), sample, diff))
-    return out
-
-
-def find_origin(segment, sources: dict[str, Any], *, probe: int = 64,
-                atol: float = ATOL) -> tuple[str, int, int] | None:
-    """Where a served waveform came from: the source containing ``segment``'s start.
-
-    Parameters
-    ----------
-    segment : Tensor or array [shape=(samples,)]
-        E.g. request B's served audio.
-    sources : dict
-        name -> waveform [shape=(samples,)], e.g. every request's solo audio.
-    probe : int
-        Samples of ``segment``'s start used to find candidate offsets.
-
-    Returns
-    -------
-    (name, offset, length) or None
-        ``segment[:length] == sources[name][offset:offset + length]`` within
-        ``atol``, for the longest such match; ``None`` when no source contains
-        the start of ``segment``.
-    """
-    import torch
-
-    seg = torch.as_tensor(segment).reshape(-1).float()
-    best = None
-    p = min(probe, seg.numel())
-    if p == 0:
-        return None
-    for name, src in sources.items():
-        src = torch.as_tensor(src).reshape(-1).float()
-        if src.numel() < p:
-            continue
-        windows = src.unfold(0, p, 1)  # (positions, p)
-        hits = torch.nonzero((windows - seg[:p]).abs().amax(dim=1) <= atol).reshape(-1)
-        for off in hits.tolist():
-            n = min(seg.numel(), src.numel() - off)
-            bad = torch.nonzero((src[off:off + n] - seg[:n]).abs() > atol)
-            length = int(bad[0]) if bad.numel() else n
-            if best is None or length > best[2]:
-                best = (name, int(off), length)
-    return best
-
-
-def determinism(suite) -> tuple[bool, bool, int, float]:
-    """``(intrinsic_ok, continued_ok, first_sample, max_abs_diff)`` for the first request:
-    solo run vs. the repeat from the reset process RNG (intrinsic) and vs. the
-    repeat from the state the previous run left (through the process RNG)."""
-    rid = suite.requests[0].request_id
-    base = suite.solo[rid].results[rid]
-    rep = next(iter(suite.solo_repeat.results.values()))
-    cont = next(iter(suite.solo_continued.results.values()))
-
-    def equal(x) -> bool:
-        return len(x.chunks) == len(base.chunks) and all(
-            same_chunk(a, b) for a, b in zip(x.chunks, base.chunks))
-
-    intrinsic, continued = equal(rep), equal(cont)
-    worse = rep if not intrinsic else cont
-    sample, diff = _first_diff(worse.waveform(), base.waveform())
-    return intrinsic, continued, sample, diff
 
 
 # ----------------------------------------------------------------------------
@@ -390,7 +213,7 @@ def _synthesize(spec, name: str, text: str, seed: int):
 def _synth_determinism(spec, name: str):
     """Three calls with one (text, seed): reset process RNG before the first two,
     not before the third. Returns (intrinsic_ok, continued_ok, rngs changed, sample, diff)."""
-    from porting_kit.adapters.vllm_omni_engine import (
+    from porting_kit.adapters.vllm_omni.engine import (
         capture_rng_state,
         preserved_rng_state,
         rng_state_changes,
@@ -412,7 +235,7 @@ def _synth_determinism(spec, name: str):
 
     intrinsic, continued = eq(waves[0], waves[1]), eq(waves[0], waves[2])
     other = waves[1] if not intrinsic else waves[2]
-    sample, diff = _first_diff(other, waves[0])
+    sample, diff = first_diff(other, waves[0])
     return intrinsic, continued, changed, sample, diff
 
 

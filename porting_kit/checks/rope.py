@@ -5,7 +5,7 @@ Codes: ``rope.inv_freq_uninitialized``, ``rope.theta_mismatch``,
 ``rope.position_offset``, ``rope.scaling_ignored``, ``rope.low_precision``,
 ``rope.unexplained``; ``rope.ok``; ``rope.skipped``.
 
-How it decides (differential, :mod:`porting_kit.rotary` does the measuring)
+How it decides (differential, :mod:`porting_kit.probes.rotary` does the measuring)
 --------------------------------------------------------------------------
 1. *Stored tables.* The candidate's ``inv_freq`` / ``cos_sin_cache`` /
    ``freqs_cis`` must be a RoPE table (finite, positive, decreasing, at most
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from porting_kit.context import CheckContext
-from porting_kit.findings import Finding, Where, ok, skip
-from porting_kit.rotary import (
+from porting_kit.report.findings import Finding, Where, ok, skip
+from porting_kit.probes.rotary import (
     HALF,
     INTERLEAVED,
     RotarySite,
@@ -63,7 +63,7 @@ from porting_kit.rotary import (
     undo_reference_rotation,
     wrap,
 )
-from porting_kit.sides import run_side
+from porting_kit.load import run_side
 
 P = "rope"
 
@@ -140,7 +140,7 @@ def run(ctx: CheckContext) -> list[Finding]:
     """The rope family: see the module docstring. Returns one finding."""
     if not ctx.spec.has_parity:
         return [skip(P, "the spec has no reference()/candidate()/inputs(): nothing to probe")]
-    from porting_kit.checks.parity import load_pair
+    from porting_kit.load import load_pair
 
     pair = load_pair(ctx)
     ref_sites, cand_sites = find_rotary(pair.reference), find_rotary(pair.candidate)

@@ -2,7 +2,7 @@
 
 A port spec with only ``engine_model()``: the ``rng`` and ``lifecycle`` families
 drive the model through vLLM-Omni 0.30.0's AR-runner contract
-(:mod:`porting_kit.adapters.vllm_omni_engine`); it defines no parity trio, so
+(:mod:`porting_kit.adapters.vllm_omni.engine`); it defines no parity trio, so
 ``parity`` reports ``skip``. The model is
 :class:`porting_kit.embedded.generator_model.GeneratorTTS` (tiny, seeded, CPU).
 

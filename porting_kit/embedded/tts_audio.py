@@ -232,11 +232,11 @@ class CodecGlue:
         return self.serve(self._raw(self.layout_codes(codes)))
 
     def decode_stream(self, codes, chunk_frames: int, context_frames: int) -> tuple[Any, int]:
-        """Streaming decode: :func:`porting_kit.streaming.stream_decode` of the port's codec
+        """Streaming decode: :func:`porting_kit.probes.streaming.stream_decode` of the port's codec
         call, then the same serving glue."""
         import torch
 
-        from porting_kit.streaming import stream_decode
+        from porting_kit.probes.streaming import stream_decode
 
         y, _ = stream_decode(lambda c: (self._raw(c), self.sample_rate), self.layout_codes(codes),
                              chunk_frames, context_frames, self.hop_length)

@@ -26,8 +26,9 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from porting_kit.resources import data_file
 
-DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "vllm_omni_deploy_fields.json"
+DATA_FILE = data_file("vllm_omni_deploy_fields.json")
 #: The topology keys DESIGN.md and seeds/001 name; always topology, whatever else reads them.
 CORE_TOPOLOGY = frozenset({"execution_type", "model_stage", "input_sources", "final_output", "owns_tokenizer",
                            "engine_output_type"})

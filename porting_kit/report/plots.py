@@ -113,7 +113,7 @@ def plot_waveforms(reference, candidate, sample_rate: int, *, ax=None, title: st
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from porting_kit.audio import as_channels_first
+    from porting_kit.probes.waveform import as_channels_first
 
     if ax is None:
         fig, ax = plt.subplots(figsize=(10, 3))
@@ -149,7 +149,7 @@ def plot_spectrogram_difference(reference, candidate, sample_rate: int, *, axes=
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from porting_kit.audio import as_channels_first
+    from porting_kit.probes.waveform import as_channels_first
 
     r = as_channels_first(reference).mean(axis=0)
     c = as_channels_first(candidate).mean(axis=0)
@@ -177,7 +177,7 @@ def plot_spectrogram_difference(reference, candidate, sample_rate: int, *, axes=
 
 def save_audio_comparison(comparison, path) -> None:
     """Write the waveform overlay and spectrogram difference of an
-    :class:`~porting_kit.audio.AudioComparison` to one PNG at ``path``."""
+    :class:`~porting_kit.probes.waveform.AudioComparison` to one PNG at ``path``."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)

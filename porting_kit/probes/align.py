@@ -6,7 +6,7 @@ Sources, in order of trust (each pair says which one found it):
    characters, ``{name}`` matches one dotted component (``[^.]+``) and must be
    the same on both sides: ``("lm.model.layers.{i}.self_attn", "layers.{i}.attention")``.
 2. ``weights``: the weight map from loading (candidate parameter -> reference
-   tensors, :mod:`porting_kit.weights`). A candidate module whose parameters
+   tensors, :mod:`porting_kit.load`). A candidate module whose parameters
    all come from one reference module is that module.
 3. ``parent``: parents of aligned children correspond (``self_attn`` holds
    ``q_proj``/``o_proj``; the port's ``attn`` holds ``qkv_proj``/``o_proj``).
@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from porting_kit.capture import Record
+from porting_kit.probes.capture import Record
 from porting_kit.errors import InputError
 
 
@@ -267,7 +267,7 @@ def _closest_wrapper(pr: str, pc: str, rby, cby, rnames, cnames, pairs, used_c) 
     the unpaired pair with equal output shapes whose outputs are closest (then the
     outermost). Structure alone cannot tell a residual block from its body; the
     sketches can. ``None`` when no pair of equal shapes is free."""
-    from porting_kit.capture import estimate_rel_err
+    from porting_kit.probes.capture import estimate_rel_err
 
     best, best_key = None, None
     for r in _up(pr, rnames, 2):

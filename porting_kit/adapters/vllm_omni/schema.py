@@ -12,7 +12,7 @@ Two tiers (``porting-kit validate --static`` says which one ran):
   real ``OpenAICreateSpeechRequest``.
 * **stored** — no ``vllm_omni``: the same field lists, stored in
   ``porting_kit/data/vllm_omni_schema.json`` (generated from the real package by
-  ``python -m porting_kit.adapters.vllm_omni --write-schema`` in that
+  ``python -m porting_kit.adapters.vllm_omni.schema --write-schema`` in that
   environment, stamped with the package version).
 
 A list of field names is a fact about the package, not its code (DESIGN.md).
@@ -28,9 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from porting_kit.findings import Finding, Where
+from porting_kit.report.findings import Finding, Where
+from porting_kit.resources import data_file
 
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "data" / "vllm_omni_schema.json"
+SCHEMA_FILE = data_file("vllm_omni_schema.json")
 TARGET_VERSION = "0.30.0"
 
 

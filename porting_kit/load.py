@@ -1,4 +1,7 @@
-"""Load the reference's weights into the candidate, and account for every tensor.
+"""Load a pair: build the spec's models, load the reference's weights into the candidate, account for every tensor.
+
+:func:`load_pair` is the one entry every family that needs both models uses
+(cached in the check context); :func:`run_side` runs one side the way the spec says.
 
 Weights flow reference -> candidate (DESIGN.md, "The port spec"), by the first
 of these that the spec / candidate offers:
@@ -259,3 +262,104 @@ def _trace_values(ref_sd: dict[str, Any], params: dict[str, Any], result: Weight
             result.unmapped_reference.append(rname)
         for c in holders:
             result.weight_map.setdefault(c, []).append(rname)
+
+
+@dataclass
+class LoadedPair:
+    """The spec's models with the reference's weights loaded into the candidate.
+
+    Attributes
+    ----------
+    reference, candidate : torch.nn.Module
+        In eval mode, on ``ctx.device``, cast to ``ctx.dtype`` when given.
+    inputs : dict
+        The spec's ``inputs()``, tensors moved to the device (floating ones cast).
+    weights : WeightLoad
+        Weight map and the unmapped / unset tensors.
+    """
+
+    reference: Any
+    candidate: Any
+    inputs: dict
+    weights: WeightLoad
+
+
+def _to(obj, device, dtype):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if dtype is not None and obj.is_floating_point():
+            return obj.to(device=device, dtype=dtype)
+        return obj.to(device=device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device, dtype) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device, dtype) for v in obj)
+    return obj
+
+
+def load_pair(ctx) -> LoadedPair:
+    """Build the spec's models, load weights reference -> candidate, move to device/dtype.
+
+    Cached in ``ctx.state['pair']``. Raises InputError when the spec's functions
+    fail or the weights cannot be loaded.
+    """
+    if "pair" in ctx.state:
+        return ctx.state["pair"]
+    import torch
+
+    spec = ctx.spec
+    ctx.progress("parity: building models")
+    reference = spec.call("reference")
+    candidate = spec.call("candidate")
+    for side, m in (("reference", reference), ("candidate", candidate)):
+        if not isinstance(m, torch.nn.Module):
+            raise InputError(f"{spec.name}: {side}() must return a torch.nn.Module, got {type(m).__name__}")
+    inputs = spec.call("inputs")
+    if not isinstance(inputs, dict):
+        raise InputError(f"{spec.name}: inputs() must return a dict, got {type(inputs).__name__}")
+    ctx.progress("parity: loading weights")
+    weights = load_weights(spec, reference, candidate)
+    dtype = ctx.torch_dtype()
+    try:
+        reference.to(device=ctx.device, dtype=dtype) if dtype else reference.to(ctx.device)
+        candidate.to(device=ctx.device, dtype=dtype) if dtype else candidate.to(ctx.device)
+    except (RuntimeError, AssertionError) as exc:
+        raise InputError(f"--device {ctx.device}: cannot move the models there: {exc}") from exc
+    reference.eval()
+    candidate.eval()
+    pair = LoadedPair(reference, candidate, _to(inputs, ctx.device, dtype), weights)
+    ctx.state["pair"] = pair
+    return pair
+
+
+def run_side(spec, side: str, model, inputs: dict) -> Any:
+    """Forward ``model`` with the spec's ``run_<side>(model, inputs)`` or ``model(**inputs)``.
+
+    Parameters
+    ----------
+    spec : porting_kit.spec.Spec
+    side : {"reference", "candidate"}
+    model : torch.nn.Module
+    inputs : dict
+        The spec's inputs, already on the device.
+
+    Returns
+    -------
+    Whatever the forward returns (no gradient is recorded).
+
+    Raises
+    ------
+    InputError
+        The forward raised (the spec cannot be run as written).
+    """
+    import torch
+
+    with torch.no_grad():
+        if spec.has(f"run_{side}"):
+            return spec.call(f"run_{side}", model, inputs)
+        try:
+            return model(**inputs)
+        except Exception as exc:
+            raise InputError(f"{spec.name}: {side} forward model(**inputs) raised "
+                             f"{type(exc).__name__}: {exc}; define run_{side}(model, inputs)") from exc

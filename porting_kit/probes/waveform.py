@@ -24,7 +24,7 @@ what is left):
 
 :func:`compare_files` runs this on two audio files (the ``porting-kit audio``
 command); the ``hop`` and ``channel`` check families run it on the spec's
-decoded codes (:mod:`porting_kit.audio_spec`).
+decoded codes (:mod:`porting_kit.probes.codec_pair`).
 
 Conventions: waveforms are ``np.ndarray [shape=(channels, samples)]`` float;
 sample rates in Hz; lags in samples (positive: the candidate is late).
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from porting_kit.errors import InputError
-from porting_kit.findings import Finding, Report, Where, ok
+from porting_kit.report.findings import Finding, Report, Where, ok
 
 #: A structural hypothesis (layout, drift, offset, prefix) "fits" when the candidate
 #: matches the transformed reference at least this well (dB SNR).
@@ -667,7 +667,7 @@ def compare_files(ref_path: str | Path, cand_path: str | Path, *, hop_length: in
         fs = [f for f in cmp.findings if f.check == fam]
         report.findings.extend(fs or [ok(fam, evidence=_ok_evidence(cmp.metrics))])
     if plot is not None:
-        from porting_kit.plots import save_audio_comparison
+        from porting_kit.report.plots import save_audio_comparison
 
         save_audio_comparison(cmp, plot)
     report.timing = {"read": t_read, "total": time.perf_counter() - t0}

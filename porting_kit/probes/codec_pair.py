@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from porting_kit.audio import (FP32_MIN_SNR_DB, HYPOTHESIS_SNR_DB, AudioComparison, Finding,
+from porting_kit.probes.waveform import (FP32_MIN_SNR_DB, HYPOTHESIS_SNR_DB, AudioComparison, Finding,
                                Where, analyse_waveforms, as_channels_first, snr_db)
 from porting_kit.errors import InputError
 
@@ -54,7 +54,7 @@ class AudioPair:
     sr_reference, sr_candidate : int
         Hz.
     comparison : AudioComparison
-        :func:`porting_kit.audio.analyse_waveforms` of the pair (served mode).
+        :func:`porting_kit.probes.waveform.analyse_waveforms` of the pair (served mode).
     findings : list of Finding
         Every ``hop.*`` / ``channel.*`` fault of the pair, including the
         hypotheses that need the decoder (``hop.codebook_order``) and

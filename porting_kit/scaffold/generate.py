@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from porting_kit.errors import InputError
-from porting_kit.scaffold_facts import ModelFacts, read_model_facts
+from porting_kit.scaffold.facts import ModelFacts, read_model_facts
 
 FRAMEWORKS = ("vllm-omni", "sglang-omni")
 SHAPES = ("two-stage", "single-stage-ar", "native-ar")
@@ -143,11 +143,9 @@ def check_model_type(name: str) -> str:
 
 def templates_root() -> Path:
     """The ``templates/`` folder (packaged copy first, then the source checkout's)."""
-    here = Path(__file__).resolve().parent
-    for cand in (here / "templates", here.parent / "templates"):
-        if cand.is_dir():
-            return cand
-    raise InputError("porting-kit templates/ folder not found (reinstall porting-kit)")
+    from porting_kit.resources import shipped
+
+    return shipped("templates")
 
 
 def _env():
@@ -353,7 +351,7 @@ def _safe_target(root: Path, rel: str) -> Path:
 def _registration_edits(root: Path, ctx: dict) -> list[tuple[str, str, str | None]]:
     """``(relative path, new text, old text or None)`` for every registration file
     that needs lines added (``--into``)."""
-    from porting_kit import scaffold_register as reg
+    from porting_kit.adapters.vllm_omni.schema import registry as reg
 
     m = ctx["model_type"]
     edits = []

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from porting_kit.compare import first_tensor
+from porting_kit.probes.compare import first_tensor
 
 SKETCH_ROWS = 8
 SKETCH_COLS = 8
@@ -203,7 +203,7 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "",
     :class:`Record` to ``records``.
 
     ``output_permutation`` maps module names whose output features are a reordering of
-    the reference's (see :class:`porting_kit.weights.WeightLoad`) to that reordering.
+    the reference's (see :class:`porting_kit.load.WeightLoad`) to that reordering.
 
     Use as ``with capture_summaries(model, recs): run(model, inputs)``; the hooks are
     removed on exit and the sketches copied to the host in one transfer.

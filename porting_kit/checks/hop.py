@@ -1,7 +1,7 @@
 """Hop-length family (``hop.*``): the candidate's audio timeline against the reference's.
 
 Codes (DESIGN.md), each found by trying the hypothesis on the reference's
-decode of the same codes (:mod:`porting_kit.audio`, :mod:`porting_kit.audio_spec`):
+decode of the same codes (:mod:`porting_kit.probes.waveform`, :mod:`porting_kit.probes.codec_pair`):
 
 * ``hop.sample_rate_mismatch`` - the served sample rate is not the codec's;
 * ``hop.length_mismatch`` - samples != frames * hop_length - d (hop = product
@@ -13,7 +13,7 @@ decode of the same codes (:mod:`porting_kit.audio`, :mod:`porting_kit.audio_spec
 * ``hop.codebook_order`` - codes fed frame-major where codebook-major is
   expected (found by decoding the transposed layouts);
 * ``hop.stream_boundary`` - the port's chunked streaming decode differs from
-  its full decode at the seams (:mod:`porting_kit.streaming`);
+  its full decode at the seams (:mod:`porting_kit.probes.streaming`);
 * ``hop.unexplained`` - the audio differs and no hypothesis fits (numbers shown).
 
 Runs when the spec defines the audio names (README "Port spec: audio names");
@@ -22,13 +22,13 @@ else ``skip`` with the reason.
 
 from __future__ import annotations
 
-from porting_kit.findings import Finding, ok, skip
+from porting_kit.report.findings import Finding, ok, skip
 
 
 def run(ctx) -> list[Finding]:
     """The ``hop.*`` findings of the spec's decoded pair and of its streaming decode."""
-    from porting_kit.audio_spec import get_audio_pair
-    from porting_kit.streaming import check_stream
+    from porting_kit.probes.codec_pair import get_audio_pair
+    from porting_kit.probes.streaming import check_stream
 
     pair = get_audio_pair(ctx)
     if isinstance(pair, str):

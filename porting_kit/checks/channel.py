@@ -10,19 +10,19 @@ Codes (DESIGN.md):
   finite, within [-1, 1].
 
 Each is found by trying the hypothesis on the reference's decode of the same
-codes (:func:`porting_kit.audio.analyse_waveforms`); the decode is shared with
-the ``hop`` and ``dtype`` families (:func:`porting_kit.audio_spec.get_audio_pair`).
+codes (:func:`porting_kit.probes.waveform.analyse_waveforms`); the decode is shared with
+the ``hop`` and ``dtype`` families (:func:`porting_kit.probes.codec_pair.get_audio_pair`).
 Runs when the spec defines the audio names; else ``skip`` with the reason.
 """
 
 from __future__ import annotations
 
-from porting_kit.findings import Finding, ok, skip
+from porting_kit.report.findings import Finding, ok, skip
 
 
 def run(ctx) -> list[Finding]:
     """The ``channel.*`` findings of the spec's decoded pair (or ``channel.ok`` / a skip)."""
-    from porting_kit.audio_spec import get_audio_pair
+    from porting_kit.probes.codec_pair import get_audio_pair
 
     pair = get_audio_pair(ctx)
     if isinstance(pair, str):

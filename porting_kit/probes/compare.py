@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from porting_kit.tolerance import Tolerance
+from porting_kit.probes.tolerance import Tolerance
 
 
 def first_tensor(obj: Any):

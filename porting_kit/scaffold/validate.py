@@ -32,7 +32,7 @@ Two layers, both reported as ``scaffold.*`` findings in one :class:`Report`
    ==================================  =====================================================
 
 2. **The real framework** when importable (see
-   :func:`porting_kit.adapters.vllm_omni.real_validate` and
+   :func:`porting_kit.adapters.vllm_omni.schema.real_validate` and
    :func:`porting_kit.adapters.sglang_omni.real_validate`).
 
 A ``scaffold.tier`` finding says which tier ran: ``pass`` for the real
@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from porting_kit.errors import InputError
-from porting_kit.findings import Finding, Report, Where
+from porting_kit.report.findings import Finding, Report, Where
 
 MIN_MAX_NUM_SEQS = 4
 TIER_MARKERS = ("core_model", "advanced_model", "full_model")
@@ -66,7 +66,7 @@ def _f(code: str, status: str, message: str, file: str | None = None, hint: str 
 # -- reading ---------------------------------------------------------------------------------
 def load_manifests(root: Path) -> list[dict[str, Any]]:
     """The ``.porting-kit/scaffold-*.json`` manifests under ``root``."""
-    from porting_kit.scaffold import MANIFEST_DIR
+    from porting_kit.scaffold.generate import MANIFEST_DIR
 
     if not root.is_dir():
         raise InputError(f"{root} is not a directory (pass the folder given to scaffold --out/--into)")
@@ -341,7 +341,7 @@ def check_test_markers(root: Path, rel: str) -> list[Finding]:
 
 def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool = True) -> list[Finding]:
     """Strict checks + (when importable) the real vLLM-Omni loading path."""
-    from porting_kit.adapters import vllm_omni as vo
+    from porting_kit.adapters.vllm_omni.schema import schema as vo
 
     files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items() if k.split(":", 1)[0] != "test"}
     tests = [v for k, v in manifest["files"].items() if k.startswith("test:")]
@@ -550,7 +550,7 @@ def cli_main(argv: list[str]) -> int:
     report = validate_static(ns.static, prefer_real=not ns.stored_only, model_type=ns.model_type)
     from rich.console import Console
 
-    from porting_kit.render import print_report
+    from porting_kit.report.render import print_report
 
     print_report(report, Console(), title="porting-kit validate --static")
     if ns.json_path:

@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from porting_kit.audio import as_channels_first
-from porting_kit.findings import Finding, Where
+from porting_kit.probes.waveform import as_channels_first
+from porting_kit.report.findings import Finding, Where
 
 #: A seam is clean when the streamed audio is within this fraction of the full decode's peak (-60 dB).
 SEAM_TOLERANCE = 1e-3

@@ -1,11 +1,11 @@
-"""Rich rendering of a :class:`~porting_kit.findings.Report` for the terminal."""
+"""Rich rendering of a :class:`~porting_kit.report.findings.Report` for the terminal."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
 
-from porting_kit.findings import Report
+from porting_kit.report.findings import Report
 
 _STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
