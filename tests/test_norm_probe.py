@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from porting_kit.probes.norms import bf16_error, find_norms, fingerprint, layer_norm, rms_norm
+from porting_kit.locate import find_norms
+from porting_kit.probes.norms import bf16_error, fingerprint, layer_norm, rms_norm
 
 
 class RMS(torch.nn.Module):

@@ -192,7 +192,7 @@ def test_json_report_carries_evidence_and_hint(tmp_path):
 
 
 def _site(inv_freq, dtype="float32"):
-    from porting_kit.probes.rotary import RotarySite
+    from porting_kit.locate import RotarySite
 
     return RotarySite("rot.inv_freq", "inv_freq", inv_freq, dtype, None)
 

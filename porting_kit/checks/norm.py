@@ -36,7 +36,8 @@ from typing import Any
 
 from porting_kit.context import CheckContext
 from porting_kit.report.findings import Finding, Where, ok, skip
-from porting_kit.probes.norms import NormCall, NormSite, capture_norm_calls, find_norms, fingerprint
+from porting_kit.locate import NormSite, find_norms
+from porting_kit.probes.norms import NormCall, capture_norm_calls, fingerprint
 from porting_kit.load import run_side
 
 P = "norm"

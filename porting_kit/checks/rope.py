@@ -44,15 +44,14 @@ from typing import Any
 
 from porting_kit.context import CheckContext
 from porting_kit.report.findings import Finding, Where, ok, skip
+from porting_kit.locate import RotarySite, find_rotary
 from porting_kit.probes.rotary import (
     HALF,
     INTERLEAVED,
-    RotarySite,
     Structure,
     capture_cos_sin,
     capture_qk,
     default_inv_freq,
-    find_rotary,
     fit_base,
     fit_frequencies,
     garbage_reason,

@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from porting_kit.locate import NormSite
 
-_NORM_TYPE = re.compile(r"(rms_?norm|layer_?norm)", re.IGNORECASE)
 _SEED = 20261129
 
 
@@ -88,64 +87,6 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     if bias is not None:
         y = y + bias.to(torch.float64)
     return y
-
-
-# ------------------------------------------------------------------ discovery
-
-@dataclass
-class NormSite:
-    """A normalization module.
-
-    Attributes
-    ----------
-    name : str
-        Qualified module name (``model.layers.0.input_layernorm``).
-    dim : int
-        Normalised size (last axis).
-    type : str
-        Class name (``Qwen3RMSNorm``, ``LayerNorm``, ``RMSNorm``).
-    eps : float or None
-        The module's ``eps`` / ``variance_epsilon`` attribute, when it has one.
-    """
-
-    name: str
-    dim: int
-    type: str
-    eps: float | None
-    module: Any = field(repr=False, default=None)
-
-
-def find_norms(model) -> list[NormSite]:
-    """RMSNorm / LayerNorm modules of ``model`` in module order.
-
-    A module counts when its class name contains ``RMSNorm`` / ``LayerNorm``
-    (any case, ``_`` allowed), or when it has an ``eps`` /
-    ``variance_epsilon`` attribute and a 1-D ``weight`` and no children.
-    GroupNorm / BatchNorm (codecs) are not included.
-    """
-    import torch
-
-    out: list[NormSite] = []
-    for name, mod in model.named_modules():
-        tname = type(mod).__name__
-        if re.search(r"(group|batch|instance)_?norm", tname, re.IGNORECASE):
-            continue
-        eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
-        w = getattr(mod, "weight", None)
-        looks = bool(_NORM_TYPE.search(tname)) or (
-            isinstance(eps, (int, float)) and isinstance(w, torch.Tensor) and w.ndim == 1
-            and not list(mod.children()))
-        if not looks:
-            continue
-        dim = None
-        if isinstance(w, torch.Tensor) and w.ndim == 1:
-            dim = int(w.shape[0])
-        elif hasattr(mod, "normalized_shape"):
-            dim = int(tuple(mod.normalized_shape)[-1])
-        if dim is None:
-            continue
-        out.append(NormSite(name, dim, tname, float(eps) if isinstance(eps, (int, float)) else None, mod))
-    return out
 
 
 # ---------------------------------------------------------------- fingerprint

@@ -4,7 +4,7 @@ Used by :mod:`porting_kit.checks.rope`. Three things live here:
 
 * **RoPE math** in float64: :func:`default_inv_freq`, :func:`rotate`,
   :func:`layout_permutation`, :func:`fit_base`.
-* **Discovery** (:func:`find_rotary`): the frequency table each side holds,
+* **Discovery** (:func:`porting_kit.locate.find_rotary`): the frequency table each side holds,
   found by name and type — HF ``*RotaryEmbedding`` modules with an
   ``inv_freq`` buffer, vLLM-style modules with ``inv_freq`` or
   ``cos_sin_cache``, Meta Llama's complex ``freqs_cis`` attribute.
@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from porting_kit.locate import RotarySite
 
 HALF, INTERLEAVED = "rotate_half", "interleaved"
 
@@ -161,77 +162,6 @@ def rotate(x, theta, layout: str = HALF, scale: float = 1.0):
     out[..., a] = x[..., a] * c - x[..., b] * s
     out[..., b] = x[..., b] * c + x[..., a] * s
     return out
-
-
-# ------------------------------------------------------------------ discovery
-
-@dataclass
-class RotarySite:
-    """A frequency table found in a model.
-
-    Attributes
-    ----------
-    name : str
-        Qualified module name holding it (``""`` for the root), plus the
-        attribute: ``model.rotary_emb.inv_freq``, ``freqs_cis``.
-    kind : str
-        ``inv_freq``, ``cos_sin_cache`` or ``freqs_cis``.
-    inv_freq : torch.Tensor [shape=(rotary_dim // 2,), float64]
-        Radians per position as stored (for ``cos_sin_cache`` / ``freqs_cis``
-        the angle at position 1).
-    dtype : str
-        Storage dtype of the table.
-    module : torch.nn.Module
-        The module (for HF: has ``config``, ``rope_type``, ``attention_scaling``).
-    """
-
-    name: str
-    kind: str
-    inv_freq: Any
-    dtype: str
-    module: Any = field(repr=False, default=None)
-
-    @property
-    def module_name(self) -> str:
-        return self.name.rsplit(".", 1)[0] if "." in self.name else "<root>"
-
-
-def find_rotary(model) -> list[RotarySite]:
-    """All rotary frequency tables in ``model``, in module order.
-
-    Looks for (by attribute name, on every submodule): a 1-D floating
-    ``inv_freq`` tensor (HF ``*RotaryEmbedding``, vLLM ``RotaryEmbedding``), a
-    2-D ``cos_sin_cache`` (vLLM: ``[cos | sin]`` per position), a 2-D complex
-    ``freqs_cis`` (Meta Llama: ``exp(i * position * inv_freq)``).
-
-    Returns
-    -------
-    list of RotarySite (empty when the model has none)
-    """
-    import torch
-
-    sites: list[RotarySite] = []
-    for mname, mod in model.named_modules():
-        prefix = f"{mname}." if mname else ""
-        t = getattr(mod, "inv_freq", None)
-        if isinstance(t, torch.Tensor) and t.ndim == 1 and t.is_floating_point():
-            sites.append(RotarySite(prefix + "inv_freq", "inv_freq", t.detach().to("cpu", torch.float64),
-                                    str(t.dtype).replace("torch.", ""), mod))
-            continue
-        t = getattr(mod, "cos_sin_cache", None)
-        if isinstance(t, torch.Tensor) and t.ndim == 2 and t.shape[0] > 1:
-            half = t.shape[1] // 2
-            row = t[1].detach().to("cpu", torch.float64)
-            w = torch.atan2(row[half:], row[:half])
-            sites.append(RotarySite(prefix + "cos_sin_cache", "cos_sin_cache", w,
-                                    str(t.dtype).replace("torch.", ""), mod))
-            continue
-        t = getattr(mod, "freqs_cis", None)
-        if isinstance(t, torch.Tensor) and t.ndim == 2 and t.is_complex() and t.shape[0] > 1:
-            w = torch.angle(t[1].detach().to("cpu", torch.complex128))
-            sites.append(RotarySite(prefix + "freqs_cis", "freqs_cis", w,
-                                    str(t.dtype).replace("torch.", ""), mod))
-    return sites
 
 
 def garbage_reason(inv_freq) -> str | None:

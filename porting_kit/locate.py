@@ -1,0 +1,148 @@
+"""Locate: find the parts of a model that the probes then measure.
+
+Found in the models themselves, by type and attribute name (a spec needs no
+names for them, DESIGN.md "The port spec"):
+
+* :func:`find_rotary` -- rotary frequency tables (HF ``inv_freq``, vLLM
+  ``cos_sin_cache``, Meta ``freqs_cis``), for :mod:`porting_kit.probes.rotary`;
+* :func:`find_norms` -- RMSNorm / LayerNorm modules, for :mod:`porting_kit.probes.norms`.
+
+Data flow: spec -> load -> **locate** -> probes -> checks -> report.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_NORM_TYPE = re.compile(r"(rms_?norm|layer_?norm)", re.IGNORECASE)
+
+
+# ------------------------------------------------------------------ rotary tables
+
+@dataclass
+class RotarySite:
+    """A frequency table found in a model.
+
+    Attributes
+    ----------
+    name : str
+        Qualified module name holding it (``""`` for the root), plus the
+        attribute: ``model.rotary_emb.inv_freq``, ``freqs_cis``.
+    kind : str
+        ``inv_freq``, ``cos_sin_cache`` or ``freqs_cis``.
+    inv_freq : torch.Tensor [shape=(rotary_dim // 2,), float64]
+        Radians per position as stored (for ``cos_sin_cache`` / ``freqs_cis``
+        the angle at position 1).
+    dtype : str
+        Storage dtype of the table.
+    module : torch.nn.Module
+        The module (for HF: has ``config``, ``rope_type``, ``attention_scaling``).
+    """
+
+    name: str
+    kind: str
+    inv_freq: Any
+    dtype: str
+    module: Any = field(repr=False, default=None)
+
+    @property
+    def module_name(self) -> str:
+        return self.name.rsplit(".", 1)[0] if "." in self.name else "<root>"
+
+
+def find_rotary(model) -> list[RotarySite]:
+    """All rotary frequency tables in ``model``, in module order.
+
+    Looks for (by attribute name, on every submodule): a 1-D floating
+    ``inv_freq`` tensor (HF ``*RotaryEmbedding``, vLLM ``RotaryEmbedding``), a
+    2-D ``cos_sin_cache`` (vLLM: ``[cos | sin]`` per position), a 2-D complex
+    ``freqs_cis`` (Meta Llama: ``exp(i * position * inv_freq)``).
+
+    Returns
+    -------
+    list of RotarySite (empty when the model has none)
+    """
+    import torch
+
+    sites: list[RotarySite] = []
+    for mname, mod in model.named_modules():
+        prefix = f"{mname}." if mname else ""
+        t = getattr(mod, "inv_freq", None)
+        if isinstance(t, torch.Tensor) and t.ndim == 1 and t.is_floating_point():
+            sites.append(RotarySite(prefix + "inv_freq", "inv_freq", t.detach().to("cpu", torch.float64),
+                                    str(t.dtype).replace("torch.", ""), mod))
+            continue
+        t = getattr(mod, "cos_sin_cache", None)
+        if isinstance(t, torch.Tensor) and t.ndim == 2 and t.shape[0] > 1:
+            half = t.shape[1] // 2
+            row = t[1].detach().to("cpu", torch.float64)
+            w = torch.atan2(row[half:], row[:half])
+            sites.append(RotarySite(prefix + "cos_sin_cache", "cos_sin_cache", w,
+                                    str(t.dtype).replace("torch.", ""), mod))
+            continue
+        t = getattr(mod, "freqs_cis", None)
+        if isinstance(t, torch.Tensor) and t.ndim == 2 and t.is_complex() and t.shape[0] > 1:
+            w = torch.angle(t[1].detach().to("cpu", torch.complex128))
+            sites.append(RotarySite(prefix + "freqs_cis", "freqs_cis", w,
+                                    str(t.dtype).replace("torch.", ""), mod))
+    return sites
+
+
+# ------------------------------------------------------------------ norms
+
+@dataclass
+class NormSite:
+    """A normalization module.
+
+    Attributes
+    ----------
+    name : str
+        Qualified module name (``model.layers.0.input_layernorm``).
+    dim : int
+        Normalised size (last axis).
+    type : str
+        Class name (``Qwen3RMSNorm``, ``LayerNorm``, ``RMSNorm``).
+    eps : float or None
+        The module's ``eps`` / ``variance_epsilon`` attribute, when it has one.
+    """
+
+    name: str
+    dim: int
+    type: str
+    eps: float | None
+    module: Any = field(repr=False, default=None)
+
+
+def find_norms(model) -> list[NormSite]:
+    """RMSNorm / LayerNorm modules of ``model`` in module order.
+
+    A module counts when its class name contains ``RMSNorm`` / ``LayerNorm``
+    (any case, ``_`` allowed), or when it has an ``eps`` /
+    ``variance_epsilon`` attribute and a 1-D ``weight`` and no children.
+    GroupNorm / BatchNorm (codecs) are not included.
+    """
+    import torch
+
+    out: list[NormSite] = []
+    for name, mod in model.named_modules():
+        tname = type(mod).__name__
+        if re.search(r"(group|batch|instance)_?norm", tname, re.IGNORECASE):
+            continue
+        eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
+        w = getattr(mod, "weight", None)
+        looks = bool(_NORM_TYPE.search(tname)) or (
+            isinstance(eps, (int, float)) and isinstance(w, torch.Tensor) and w.ndim == 1
+            and not list(mod.children()))
+        if not looks:
+            continue
+        dim = None
+        if isinstance(w, torch.Tensor) and w.ndim == 1:
+            dim = int(w.shape[0])
+        elif hasattr(mod, "normalized_shape"):
+            dim = int(tuple(mod.normalized_shape)[-1])
+        if dim is None:
+            continue
+        out.append(NormSite(name, dim, tname, float(eps) if isinstance(eps, (int, float)) else None, mod))
+    return out
