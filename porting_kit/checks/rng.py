@@ -70,14 +70,29 @@ def run(ctx: CheckContext) -> list[Finding]:
 
 
 def _engine_findings(suite) -> list[Finding]:
-    findings: list[Finding] = []
-    n_req = len(suite.requests)
-
-    # -- determinism ----------------------------------------------------------
+    """Every rng finding the engine-contract suite supports, in code order."""
     intrinsic, continued, sample, diff = determinism(suite)
+    mismatches = compare_to_solo(suite) if intrinsic else []
+    found = [
+        _nondeterministic(suite, intrinsic, continued, sample, diff),
+        _global_state_mutated(suite),
+        _request_key_collapse(suite, intrinsic, mismatches),
+        _crosstalk(suite, mismatches),
+        _generator_leak(suite),
+    ]
+    return [f for f in found if f is not None]
+
+
+def _generators_observable(suite) -> bool:
+    """The model exposes its live per-request generators (so their count can be judged)."""
+    return any(c.live_generators > 0 for _, c in suite.all_calls())
+
+
+def _nondeterministic(suite, intrinsic: bool, continued: bool, sample: int, diff: float) -> Finding | None:
+    """``rng.nondeterministic``: a solo request is not reproducible from the same seed."""
     rid0 = suite.requests[0].request_id
     if not intrinsic:
-        findings.append(Finding(
+        return Finding(
             PREFIX, "rng.nondeterministic", "fail",
             f"Request {rid0} (seed {suite.requests[0].seed}) gives different audio when run alone "
             "twice from the same process RNG state: the seed does not determine the output.",
@@ -85,40 +100,46 @@ def _engine_findings(suite) -> list[Finding]:
              "max_abs_diff": diff, "through_process_rng": "no"},
             Where(None, "engine_model", [sample, sample + 1]),
             "Seed a per-request torch.Generator from the request's `seed` (a one-element list in "
-            "runtime_additional_information) and draw every random number from it."))
+            "runtime_additional_information) and draw every random number from it.")
     elif not continued:
-        findings.append(Finding(
+        return Finding(
             PREFIX, "rng.nondeterministic", "fail",
             f"Request {rid0} (seed {suite.requests[0].seed}) gives different audio the second time "
             "it runs in the same process: it draws from the process RNG, so its output depends on "
             "what ran before it.",
             {"request": rid0, "seed": suite.requests[0].seed, "first_sample": sample,
              "max_abs_diff": diff, "through_process_rng": "yes"},
-            Where(None, "engine_model", [sample, sample + 1]), HINT_GLOBAL))
+            Where(None, "engine_model", [sample, sample + 1]), HINT_GLOBAL)
+    return None
 
-    # -- process RNG ------------------------------------------------------------
+
+def _global_state_mutated(suite) -> Finding | None:
+    """``rng.global_state_mutated``: serving a seeded request changes the process RNG."""
     mutated = [(name, c) for name, c in suite.all_calls() if c.rng_changed]
     if mutated:
         name, first = mutated[0]
         which = sorted({r for _, c in mutated for r in c.rng_changed})
-        findings.append(Finding(
+        return Finding(
             PREFIX, "rng.global_state_mutated", "fail",
             f"Serving a seeded request changes the process RNG ({', '.join(which)}): first in "
             f"{name} at step {first.step}; every other component that draws from it is disturbed "
             "and concurrent requests race on it.",
             {"rngs": ", ".join(which), "first_scenario": name, "first_step": first.step,
              "calls_mutating": len(mutated), "calls_total": len(suite.all_calls())},
-            Where(None, "engine_model.forward"), HINT_GLOBAL))
+            Where(None, "engine_model.forward"), HINT_GLOBAL)
+    return None
 
-    # -- key collapse -------------------------------------------------------------
+
+def _request_key_collapse(suite, intrinsic: bool, mismatches) -> Finding | None:
+    """``rng.request_key_collapse``: requests share per-request state (chunks, generator count,
+    or a serial request receiving an aborted one's chunks)."""
     collapse_ev: dict[str, Any] = {}
-    mismatches = compare_to_solo(suite) if intrinsic else []
     col = [m for m in mismatches if m.kind == "collapse"]
     if col:
         m = col[0]
         collapse_ev.update({"scenario": m.scenario, "request": m.request_id, "chunk": m.chunk,
                             "received_from": m.other_request, "their_chunk": m.other_chunk})
-    observable = any(c.live_generators > 0 for _, c in suite.all_calls())
+    observable = _generators_observable(suite)
     first_batch = suite.batches[0]
     if observable and first_batch.calls:
         c0 = first_batch.calls[0]
@@ -146,20 +167,24 @@ def _engine_findings(suite) -> list[Finding]:
         if "serial_request" in collapse_ev:
             parts.append(f"after {a_id} was aborted, {b_id} alone received {a_id}'s remaining "
                          f"chunks (from chunk {collapse_ev['serial_their_chunk']})")
-        findings.append(Finding(
+        return Finding(
             PREFIX, "rng.request_key_collapse", "fail",
             "Per-request state is keyed by something requests share: " + "; ".join(parts) + ".",
             collapse_ev, Where(None, "engine_model.forward"),
             "Key per-request state by the engine's global_request_id (unwrap the one-element list: "
             "info['global_request_id'][0]); never by a constant, a legacy key the engine does not set "
-            "(_omni_req_id), or id() of the per-step dict."))
+            "(_omni_req_id), or id() of the per-step dict.")
+    return None
 
-    # -- crosstalk ------------------------------------------------------------------
+
+def _crosstalk(suite, mismatches) -> Finding | None:
+    """``rng.crosstalk``: a batched request's audio differs from its solo run otherwise."""
+    n_req = len(suite.requests)
     cross = [m for m in mismatches if m.kind == "crosstalk"]
     if cross:
         m = cross[0]
         scen = sorted({x.scenario for x in cross})
-        findings.append(Finding(
+        return Finding(
             PREFIX, "rng.crosstalk", "fail",
             f"With {n_req} seeded requests in one batch ({', '.join(scen)}), {m.request_id}'s audio "
             f"differs from its solo run from chunk {m.chunk} (sample {m.sample}): interleaved requests "
@@ -171,10 +196,14 @@ def _engine_findings(suite) -> list[Finding]:
             Where(None, "engine_model.forward", [m.sample, m.sample + 1]),
             "Keep every random draw and every streaming state per request (per-request "
             "torch.Generator, per-request decoder state keyed by global_request_id); nothing a row "
-            "computes may depend on the other rows of the batch."))
+            "computes may depend on the other rows of the batch.")
+    return None
 
-    # -- leak -------------------------------------------------------------------------
+
+def _generator_leak(suite) -> Finding | None:
+    """``rng.generator_leak``: an aborted request leaves a live generator or temp files."""
     probe = suite.abort
+    observable = _generators_observable(suite)
     leak_reasons = []
     if not probe.has_on_requests_finished:
         leak_reasons.append("the model has no on_requests_finished(), so the engine cannot tell it")
@@ -185,7 +214,7 @@ def _engine_findings(suite) -> list[Finding]:
         leak_reasons.append(f"its temp files were not removed ({len(probe.after_temp_files)} of "
                             f"{len(probe.before_temp_files)} remain)")
     if leak_reasons:
-        findings.append(Finding(
+        return Finding(
             PREFIX, "rng.generator_leak", "fail",
             f"Aborting {probe.aborted} (one of three in flight) through on_requests_finished leaves "
             "its state behind: " + "; ".join(leak_reasons) + ".",
@@ -197,8 +226,8 @@ def _engine_findings(suite) -> list[Finding]:
             Where(None, "engine_model.on_requests_finished"),
             "Implement on_requests_finished(finished_req_ids): pop each id's generator from the "
             "per-request dict (the same key forward() uses: the plain id string, not str() of the "
-            "list) and call gen.close() so its finally block removes temp files."))
-    return findings
+            "list) and call gen.close() so its finally block removes temp files.")
+    return None
 
 
 def _synthesize(spec, name: str, text: str, seed: int):
