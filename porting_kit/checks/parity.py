@@ -351,38 +351,58 @@ def run(ctx: CheckContext) -> list[Finding]:
         return [skip("parity", f"{ctx.spec.name} defines no reference()/candidate()/inputs(); "
                                "layer parity skipped")]
     res = get_result(ctx)
-    findings: list[Finding] = []
-    w = res.pair.weights
-    al = res.alignment
-    common = {"aligned_modules": len(al.pairs), "compared_modules": len(res.stats),
-              "unaligned_reference": len(al.unaligned_reference),
-              "unaligned_candidate": len(al.unaligned_candidate),
-              "unaligned_reference_modules": _names(al.unaligned_reference),
-              "unaligned_candidate_modules": _names(al.unaligned_candidate),
-              "tolerance": res.tolerance.describe(), "dtype": dtype_name(res.tolerance.dtype)}
+    common = _common_evidence(res)
     ctx.extras["alignment"] = alignment_table(res)
     ctx.extras["parity"] = res
+    findings = [*_unmapped_weights(res.pair.weights), *_nan_origins(res)]
+    divergence, ctx.first_divergence = _first_divergence(res, common)
+    findings += divergence
+    if not findings:
+        m = res.output_metric or {}
+        findings.append(ok("parity", (f"All {len(res.stats)} compared module pairs and the output match "
+                                      f"within tolerance (output max |diff| {m.get('max_abs', 0):.3g})."),
+                           {**common, "output_max_abs": m.get("max_abs"), "output_rel_err": m.get("rel_err")}))
+    return findings
 
-    if w.unmapped_reference or w.unset_candidate:
-        parts = []
-        if w.unmapped_reference:
-            parts.append(f"{len(w.unmapped_reference)} reference tensor(s) were not found in the "
-                         f"candidate ({', '.join(w.unmapped_reference[:6])}): never loaded, or loaded "
-                         "with changed values (list those in the spec's transformed_weights)")
-        if w.unset_candidate:
-            parts.append(f"{len(w.unset_candidate)} candidate parameter(s) were never set "
-                         f"({', '.join(w.unset_candidate[:6])})")
-        findings.append(Finding(
-            "parity", "parity.unmapped_weights", "fail", "; ".join(parts) + ".",
-            evidence={"method": w.method, "unmapped_reference": len(w.unmapped_reference),
-                      "unset_candidate": len(w.unset_candidate),
-                      "unmapped_reference_names": ", ".join(w.unmapped_reference[:20]),
-                      "unset_candidate_names": ", ".join(w.unset_candidate[:20])},
-            where=Where(reference=w.unmapped_reference[0].rsplit(".", 1)[0] if w.unmapped_reference else None,
-                        candidate=w.unset_candidate[0].rsplit(".", 1)[0] if w.unset_candidate else None),
-            hint="Map these names in the candidate's load_weights (stacked_params_mapping, renames) "
-                 "or the spec's convert_weights; a parameter never set keeps its random init."))
 
+def _common_evidence(res: ParityResult) -> dict:
+    """Alignment counts and the tolerance, shared by every parity finding's evidence."""
+    al = res.alignment
+    return {"aligned_modules": len(al.pairs), "compared_modules": len(res.stats),
+            "unaligned_reference": len(al.unaligned_reference),
+            "unaligned_candidate": len(al.unaligned_candidate),
+            "unaligned_reference_modules": _names(al.unaligned_reference),
+            "unaligned_candidate_modules": _names(al.unaligned_candidate),
+            "tolerance": res.tolerance.describe(), "dtype": dtype_name(res.tolerance.dtype)}
+
+
+def _unmapped_weights(w) -> list[Finding]:
+    """``parity.unmapped_weights``: reference tensors never loaded / candidate parameters never set."""
+    if not (w.unmapped_reference or w.unset_candidate):
+        return []
+    parts = []
+    if w.unmapped_reference:
+        parts.append(f"{len(w.unmapped_reference)} reference tensor(s) were not found in the "
+                     f"candidate ({', '.join(w.unmapped_reference[:6])}): never loaded, or loaded "
+                     "with changed values (list those in the spec's transformed_weights)")
+    if w.unset_candidate:
+        parts.append(f"{len(w.unset_candidate)} candidate parameter(s) were never set "
+                     f"({', '.join(w.unset_candidate[:6])})")
+    return [Finding(
+        "parity", "parity.unmapped_weights", "fail", "; ".join(parts) + ".",
+        evidence={"method": w.method, "unmapped_reference": len(w.unmapped_reference),
+                  "unset_candidate": len(w.unset_candidate),
+                  "unmapped_reference_names": ", ".join(w.unmapped_reference[:20]),
+                  "unset_candidate_names": ", ".join(w.unset_candidate[:20])},
+        where=Where(reference=w.unmapped_reference[0].rsplit(".", 1)[0] if w.unmapped_reference else None,
+                    candidate=w.unset_candidate[0].rsplit(".", 1)[0] if w.unset_candidate else None),
+        hint="Map these names in the candidate's load_weights (stacked_params_mapping, renames) "
+             "or the spec's convert_weights; a parameter never set keeps its random init.")]
+
+
+def _nan_origins(res: ParityResult) -> list[Finding]:
+    """``parity.nan_origin`` per side: the first module whose output has NaN/Inf while its input had none."""
+    findings: list[Finding] = []
     for side in ("candidate", "reference"):
         rec = res.nan_origin[side]
         if rec is not None:
@@ -395,7 +415,13 @@ def run(ctx: CheckContext) -> list[Finding]:
                 where=Where(**{side: _display(rec.key)}),
                 hint="Look at this module's own code: an uninitialised buffer (e.g. RoPE inv_freq after "
                      "meta-device init), a division by zero, or an overflow in low precision."))
+    return findings
 
+
+def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], dict | None]:
+    """``parity.first_divergence`` and the report's ``first_divergence`` record (or ``[]``, ``None``)."""
+    found: list[Finding] = []
+    first = None
     fd = res.first_divergence
     if fd is not None:
         m = res.divergence_metric or {}
@@ -416,12 +442,12 @@ def run(ctx: CheckContext) -> list[Finding]:
               "input_already_differs": bool(ff.input_flagged) if ff else False}
         ev.update({k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in m.items()})
         ev.update(common)
-        findings.append(Finding(
+        found.append(Finding(
             "parity", "parity.first_divergence", "fail", msg, evidence=ev,
             where=Where(reference=_display(fd.pair.reference.key), candidate=_display(fd.pair.candidate.key)),
             hint="Compare the two modules' code and the weights loaded into them; the rope/norm "
                  "diagnoses below name the cause when they recognise it."))
-        ctx.first_divergence = {"reference_module": _display(fd.pair.reference.key),
+        first = {"reference_module": _display(fd.pair.reference.key),
                                 "candidate_module": _display(fd.pair.candidate.key),
                                 "metric": {k: (str(tuple(v)) if isinstance(v, list) else v)
                                            for k, v in (m or {"estimated_rel_err": fd.rel_err}).items()},
@@ -429,26 +455,20 @@ def run(ctx: CheckContext) -> list[Finding]:
                                                if p.reference.key == fd.pair.reference.key), -1)}
     elif res.output_metric is not None and not res.output_metric["within_tolerance"]:
         m = res.output_metric
-        findings.append(Finding(
+        found.append(Finding(
             "parity", "parity.first_divergence", "fail",
             "The outputs differ but no aligned module does: the fault is in code between the aligned "
             f"modules or in the unaligned ones; {describe_mismatch(m)}.",
             evidence={**{k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in m.items()}, **common},
             where=Where(reference="<output>", candidate="<output>"),
             hint="Add module_map pairs for the unaligned modules listed in the evidence."))
-        ctx.first_divergence = {"reference_module": "<output>", "candidate_module": "<output>",
+        first = {"reference_module": "<output>", "candidate_module": "<output>",
                                 "metric": {k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in m.items()},
                                 "order": len(res.alignment.pairs)}
     elif res.output_metric is None:
-        findings.append(Finding(
+        found.append(Finding(
             "parity", "parity.first_divergence", "fail",
             "The reference and candidate outputs have different shapes and no aligned module differs.",
             evidence=common, where=Where(reference="<output>", candidate="<output>"),
             hint="run_reference / run_candidate must return the same quantity (e.g. logits)."))
-
-    if not findings:
-        m = res.output_metric or {}
-        findings.append(ok("parity", (f"All {len(res.stats)} compared module pairs and the output match "
-                                      f"within tolerance (output max |diff| {m.get('max_abs', 0):.3g})."),
-                           {**common, "output_max_abs": m.get("max_abs"), "output_rel_err": m.get("rel_err")}))
-    return findings
+    return found, first
