@@ -22,7 +22,7 @@ Whatever stays unmatched is listed as unaligned on each side.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from porting_kit.probes.capture import Record
 from porting_kit.errors import InputError
@@ -151,104 +151,148 @@ def align(ref: list[Record], cand: list[Record], *, module_map=None,
     InputError
         For a malformed ``module_map``.
     """
-    rby = {r.key: r for r in ref}
-    cby = {c.key: c for c in cand}
-    pairs: dict[str, tuple[str, str]] = {}  # ref key -> (cand key, source)
-    used_c: set[str] = set()
+    st = _Pairing(ref, cand)
+    _by_module_map(st, module_map)
+    fused = _by_weights(st, weight_map)
+    _by_parents(st, fused)
+    _by_order(st)
+    out = [AlignedPair(st.rby[rk], st.cby[ck], src) for rk, (ck, src) in st.pairs.items()]
+    out.sort(key=lambda p: p.reference.end)
+    return Alignment(pairs=out,
+                     unaligned_reference=[r for r in ref if r.key not in st.pairs],
+                     unaligned_candidate=[c for c in cand if c.key not in st.used_c])
 
-    def add(rk: str, ck: str, source: str) -> bool:
-        if rk in pairs or ck in used_c or rk not in rby or ck not in cby:
+
+@dataclass
+class _Pairing:
+    """The pairs found so far while :func:`align` runs its sources in order of trust."""
+
+    ref: list[Record]
+    cand: list[Record]
+    rby: dict[str, Record] = field(init=False)
+    cby: dict[str, Record] = field(init=False)
+    rnames: set[str] = field(init=False)
+    cnames: set[str] = field(init=False)
+    pairs: dict[str, tuple[str, str]] = field(default_factory=dict)  # ref key -> (cand key, source)
+    used_c: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.rby = {r.key: r for r in self.ref}
+        self.cby = {c.key: c for c in self.cand}
+        self.rnames = {r.name for r in self.ref}
+        self.cnames = {c.name for c in self.cand}
+
+    def add(self, rk: str, ck: str, source: str) -> bool:
+        """Pair ``rk`` with ``ck`` unless either is taken or unknown; True when added."""
+        if rk in self.pairs or ck in self.used_c or rk not in self.rby or ck not in self.cby:
             return False
-        pairs[rk] = (ck, source)
-        used_c.add(ck)
+        self.pairs[rk] = (ck, source)
+        self.used_c.add(ck)
         return True
 
-    # 1. explicit map
+
+def _by_module_map(st: _Pairing, module_map) -> None:
+    """1. The spec's explicit ``module_map`` (a pattern pair counts only where it matches one module)."""
     for rpat, cpat in _parse_module_map(module_map):
         rre = _pattern_regex(rpat)
-        for r in ref:
+        for r in st.ref:
             m = rre.match(r.key)
             if not m:
                 continue
             cre = _pattern_regex(cpat, m.groupdict())
-            hits = [c.key for c in cand if cre.match(c.key)]
+            hits = [c.key for c in st.cand if cre.match(c.key)]
             if len(hits) == 1:
-                add(r.key, hits[0], "module_map")
+                st.add(r.key, hits[0], "module_map")
 
-    # 2. weight map: candidate module <- reference module(s); a module not captured (a coarse
-    #    pass hooks one module per repeated block) counts for its nearest captured ancestor
-    rnames = {r.name for r in ref}
-    cnames = {c.name for c in cand}
+
+def _by_weights(st: _Pairing, weight_map: dict[str, list[str]] | None) -> list[tuple[set[str], str]]:
+    """2. The weight map: candidate module <- reference module(s).
+
+    A module not captured (a coarse pass hooks one module per repeated block)
+    counts for its nearest captured ancestor. Returns the fused groups (one
+    candidate module holding several reference modules' weights, e.g.
+    ``qkv_proj``), which vote for their parents in :func:`_by_parents`.
+    """
     fused: list[tuple[set[str], str]] = []
-    if weight_map:
-        c2r: dict[str, set[str]] = {}
-        r2c: dict[str, set[str]] = {}
-        for cparam, rtensors in weight_map.items():
-            cmod = _lift(_owner(cparam), cnames)
-            if cmod is None:
+    if not weight_map:
+        return fused
+    c2r: dict[str, set[str]] = {}
+    r2c: dict[str, set[str]] = {}
+    for cparam, rtensors in weight_map.items():
+        cmod = _lift(_owner(cparam), st.cnames)
+        if cmod is None:
+            continue
+        if len(rtensors) > 1:  # tied weights: prefer the one with the same leaf names
+            leaf = ".".join(cparam.split(".")[-2:])
+            same = [t for t in rtensors if t.endswith(leaf)]
+            rtensors = same if len(same) == 1 else rtensors
+        for rt in rtensors:
+            rmod = _lift(_owner(rt), st.rnames)
+            if rmod is None:
                 continue
-            if len(rtensors) > 1:  # tied weights: prefer the one with the same leaf names
-                leaf = ".".join(cparam.split(".")[-2:])
-                same = [t for t in rtensors if t.endswith(leaf)]
-                rtensors = same if len(same) == 1 else rtensors
-            for rt in rtensors:
-                rmod = _lift(_owner(rt), rnames)
-                if rmod is None:
-                    continue
-                c2r.setdefault(cmod, set()).add(rmod)
-                r2c.setdefault(rmod, set()).add(cmod)
-        for cmod, rmods in sorted(c2r.items()):
-            if len(rmods) == 1:
-                rmod = next(iter(rmods))
-                if len(r2c.get(rmod, ())) == 1:
-                    add(rmod, cmod, "weights")
-            else:
-                fused.append((rmods, cmod))
+            c2r.setdefault(cmod, set()).add(rmod)
+            r2c.setdefault(rmod, set()).add(cmod)
+    for cmod, rmods in sorted(c2r.items()):
+        if len(rmods) == 1:
+            rmod = next(iter(rmods))
+            if len(r2c.get(rmod, ())) == 1:
+                st.add(rmod, cmod, "weights")
+        else:
+            fused.append((rmods, cmod))
+    return fused
 
-    # 3. parents of aligned children (and of fused groups) correspond
+
+def _parent_votes(st: _Pairing, fused: list[tuple[set[str], str]]) -> dict[tuple[str, str], int]:
+    """(reference parent, candidate parent) -> number of aligned children (fused groups count each member)."""
+    votes: dict[tuple[str, str], int] = {}
+    for rk, (ck, _) in st.pairs.items():
+        pr, pc = _parent(st.rby[rk].name, st.rnames), _parent(st.cby[ck].name, st.cnames)
+        if pr is not None and pc is not None:
+            votes[(pr, pc)] = votes.get((pr, pc), 0) + 1
+    for rmods, cmod in fused:
+        pc = _parent(cmod, st.cnames)
+        prs = {_parent(rm, st.rnames) for rm in rmods}
+        if pc is not None and len(prs) == 1 and None not in prs:
+            key = (prs.pop(), pc)
+            votes[key] = votes.get(key, 0) + len(rmods)
+    return votes
+
+
+def _by_parents(st: _Pairing, fused: list[tuple[set[str], str]]) -> None:
+    """3. Parents of aligned children (and of fused groups) correspond, until nothing changes.
+
+    A parent pair is taken when its vote is the best for both parents; the
+    closest wrapper by sketch error is chosen among nested candidates.
+    """
     while True:
-        votes: dict[tuple[str, str], int] = {}
-        for rk, (ck, _) in pairs.items():
-            pr, pc = _parent(rby[rk].name, rnames), _parent(cby[ck].name, cnames)
-            if pr is not None and pc is not None:
-                votes[(pr, pc)] = votes.get((pr, pc), 0) + 1
-        for rmods, cmod in fused:
-            pc = _parent(cmod, cnames)
-            prs = {_parent(rm, rnames) for rm in rmods}
-            if pc is not None and len(prs) == 1 and None not in prs:
-                key = (prs.pop(), pc)
-                votes[key] = votes.get(key, 0) + len(rmods)
-        added = False
+        votes = _parent_votes(st, fused)
         best_r: dict[str, int] = {}
         best_c: dict[str, int] = {}
         for (a, b), v in votes.items():
             best_r[a] = max(best_r.get(a, 0), v)
             best_c[b] = max(best_c.get(b, 0), v)
+        added = False
         for (pr, pc), n in sorted(votes.items(), key=lambda kv: -kv[1]):
             if n == best_r[pr] == best_c[pc]:
-                found = _closest_wrapper(pr, pc, rby, cby, rnames, cnames, pairs, used_c)
-                if found is not None and add(found[0], found[1], "parent"):
+                found = _closest_wrapper(pr, pc, st.rby, st.cby, st.rnames, st.cnames, st.pairs, st.used_c)
+                if found is not None and st.add(found[0], found[1], "parent"):
                     added = True
         if not added:
-            break
+            return
 
-    # 4. call order between anchors, on kind + output shape
-    anchors = sorted(((rby[rk].end, cby[ck].end) for rk, (ck, _) in pairs.items()))
+
+def _by_order(st: _Pairing) -> None:
+    """4. Call order between anchors (already aligned pairs), on module kind + output shape."""
+    anchors = sorted(((st.rby[rk].end, st.cby[ck].end) for rk, (ck, _) in st.pairs.items()))
     anchors = [(-1, -1)] + anchors + [(10**12, 10**12)]
     for (r0, c0), (r1, c1) in zip(anchors, anchors[1:]):
         if r1 <= r0 or c1 <= c0:
             continue  # crossing anchors: leave this stretch alone
         # records are in completion order with ``end`` equal to their index
-        rs = [r for r in ref[r0 + 1:min(r1, len(ref))] if r.key not in pairs]
-        cs = [c for c in cand[c0 + 1:min(c1, len(cand))] if c.key not in used_c]
+        rs = [r for r in st.ref[r0 + 1:min(r1, len(st.ref))] if r.key not in st.pairs]
+        cs = [c for c in st.cand[c0 + 1:min(c1, len(st.cand))] if c.key not in st.used_c]
         for r, c in _lcs(rs, cs):
-            add(r.key, c.key, "order")
-
-    out = [AlignedPair(rby[rk], cby[ck], src) for rk, (ck, src) in pairs.items()]
-    out.sort(key=lambda p: p.reference.end)
-    return Alignment(pairs=out,
-                     unaligned_reference=[r for r in ref if r.key not in pairs],
-                     unaligned_candidate=[c for c in cand if c.key not in used_c])
+            st.add(r.key, c.key, "order")
 
 
 def _up(name: str, names: set[str], levels: int) -> list[str]:
