@@ -237,7 +237,7 @@ def measure_tolerance(device: str) -> None:
             res = r.extras["parity"]
             worst = max(res.stats, key=lambda st: st.rel_err)
             print(f"tolerance {dtype} {name}: max_module_rel_err={worst.rel_err:.3e} "
-                  f"({worst.pair.reference.key}) output_rel_err={res.output_metric['rel_err']:.3e} "
+                  f"({worst.pair.reference.key}) output_rel_err={res.output_metric.rel_err:.3e} "
                   f"status={r.status}")
 
 

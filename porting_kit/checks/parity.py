@@ -37,7 +37,13 @@ from porting_kit.probes.capture import (
     estimate_rel_err,
     subtree_names,
 )
-from porting_kit.probes.compare import describe_mismatch, first_tensor, quick_metrics, tensor_metrics
+from porting_kit.probes.compare import (
+    TensorMetrics,
+    describe_mismatch,
+    first_tensor,
+    quick_metrics,
+    tensor_metrics,
+)
 from porting_kit.context import CheckContext
 from porting_kit.errors import InputError
 from porting_kit.report.findings import Finding, Where, ok, skip
@@ -74,9 +80,9 @@ class ParityResult:
         The located pair (possibly the ancestor of the first flagged module).
     first_flagged : PairStat or None
         The first module whose output differs (may be inside ``first_divergence``).
-    divergence_metric : dict or None
+    divergence_metric : TensorMetrics or None
         Full-tensor metrics of the located pair (:func:`porting_kit.probes.compare.tensor_metrics`).
-    output_metric : dict or None
+    output_metric : TensorMetrics or None
         Full-tensor metrics of the compared outputs (``run_reference`` vs ``run_candidate``).
     nan_origin : dict
         ``{"reference": Record|None, "candidate": Record|None}``.
@@ -90,8 +96,8 @@ class ParityResult:
     stats: list[PairStat]
     first_divergence: PairStat | None
     first_flagged: PairStat | None
-    divergence_metric: dict | None
-    output_metric: dict | None
+    divergence_metric: TensorMetrics | None
+    output_metric: TensorMetrics | None
     nan_origin: dict
     tolerance: Tolerance
     reference_records: list[Record] = field(repr=False, default_factory=list)
@@ -178,7 +184,7 @@ def _locate(spec, pair: LoadedPair, stats: list[PairStat], first: PairStat,
         return tensor_metrics(r, c, tol)
 
     m_in = metrics(first, 0)
-    first.input_flagged = bool(m_in is not None and not m_in["within_tolerance"])
+    first.input_flagged = bool(m_in is not None and not m_in.within_tolerance)
     if first.input_flagged:
         for a in anc:
             if a.flagged:
@@ -274,7 +280,7 @@ def get_result(ctx: CheckContext) -> ParityResult:
             if flagged:
                 cand_first = flagged[0]
         loc, m = _locate(spec, pair, scope, cand_first, tol)
-        if m is None or not m["within_tolerance"]:
+        if m is None or not m.within_tolerance:
             first, first_flagged, metric = loc, cand_first, m
             break
         # a false alarm of the sketch screen: drop this block and what it located
@@ -358,10 +364,12 @@ def run(ctx: CheckContext) -> list[Finding]:
     divergence, ctx.first_divergence = _first_divergence(res, common)
     findings += divergence
     if not findings:
-        m = res.output_metric or {}
+        m = res.output_metric
+        max_abs = m.max_abs if m is not None else None
         findings.append(ok("parity", (f"All {len(res.stats)} compared module pairs and the output match "
-                                      f"within tolerance (output max |diff| {m.get('max_abs', 0):.3g})."),
-                           {**common, "output_max_abs": m.get("max_abs"), "output_rel_err": m.get("rel_err")}))
+                                      f"within tolerance (output max |diff| {max_abs or 0:.3g})."),
+                           {**common, "output_max_abs": max_abs,
+                            "output_rel_err": m.rel_err if m is not None else None}))
     return findings
 
 
@@ -424,11 +432,11 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
     first = None
     fd = res.first_divergence
     if fd is not None:
-        m = res.divergence_metric or {}
+        m = res.divergence_metric
         ff = res.first_flagged
         inside = (ff is not None and ff is not fd)
         msg = (f"First divergence: reference {_display(fd.pair.reference.key)} ~ candidate "
-               f"{_display(fd.pair.candidate.key)}: " + (describe_mismatch(m) if m else
+               f"{_display(fd.pair.candidate.key)}: " + (describe_mismatch(m) if m is not None else
                                                           f"estimated ||a-b||/||b|| = {fd.rel_err:.3g}") + ".")
         if inside:
             msg += (f" Its child {_display(ff.pair.reference.key)} ~ {_display(ff.pair.candidate.key)} is "
@@ -440,7 +448,9 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
               "first_differing_output_reference": _display(ff.pair.reference.key) if ff else None,
               "first_differing_output_candidate": _display(ff.pair.candidate.key) if ff else None,
               "input_already_differs": bool(ff.input_flagged) if ff else False}
-        ev.update({k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in m.items()})
+        metric = m.evidence() if m is not None else {"estimated_rel_err": fd.rel_err}
+        if m is not None:
+            ev.update(metric)
         ev.update(common)
         found.append(Finding(
             "parity", "parity.first_divergence", "fail", msg, evidence=ev,
@@ -448,23 +458,21 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
             hint="Compare the two modules' code and the weights loaded into them; the rope/norm "
                  "diagnoses below name the cause when they recognise it."))
         first = {"reference_module": _display(fd.pair.reference.key),
-                                "candidate_module": _display(fd.pair.candidate.key),
-                                "metric": {k: (str(tuple(v)) if isinstance(v, list) else v)
-                                           for k, v in (m or {"estimated_rel_err": fd.rel_err}).items()},
-                                "order": next((i for i, p in enumerate(res.alignment.pairs)
-                                               if p.reference.key == fd.pair.reference.key), -1)}
-    elif res.output_metric is not None and not res.output_metric["within_tolerance"]:
+                 "candidate_module": _display(fd.pair.candidate.key),
+                 "metric": metric,
+                 "order": next((i for i, p in enumerate(res.alignment.pairs)
+                                if p.reference.key == fd.pair.reference.key), -1)}
+    elif res.output_metric is not None and not res.output_metric.within_tolerance:
         m = res.output_metric
         found.append(Finding(
             "parity", "parity.first_divergence", "fail",
             "The outputs differ but no aligned module does: the fault is in code between the aligned "
             f"modules or in the unaligned ones; {describe_mismatch(m)}.",
-            evidence={**{k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in m.items()}, **common},
+            evidence={**m.evidence(), **common},
             where=Where(reference="<output>", candidate="<output>"),
             hint="Add module_map pairs for the unaligned modules listed in the evidence."))
         first = {"reference_module": "<output>", "candidate_module": "<output>",
-                                "metric": {k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in m.items()},
-                                "order": len(res.alignment.pairs)}
+                 "metric": m.evidence(), "order": len(res.alignment.pairs)}
     elif res.output_metric is None:
         found.append(Finding(
             "parity", "parity.first_divergence", "fail",

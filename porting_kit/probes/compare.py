@@ -8,9 +8,54 @@ plus the tensor-level relative error, the cosine similarity and NaN/Inf counts.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from porting_kit.probes.tolerance import Tolerance
+
+
+@dataclass
+class TensorMetrics:
+    """How two tensors of one shape compare (the figures of ``assert_close``'s message).
+
+    Attributes
+    ----------
+    numel : int
+        Elements compared.
+    mismatched : int
+        Elements outside ``atol + rtol * |ref|`` (NaN/Inf count as mismatched).
+    max_abs, max_rel : float or None
+        Greatest absolute / relative difference over the elements finite on both
+        sides (``max_rel`` is ``None`` on the quick path).
+    max_abs_index, max_rel_index : list of int
+        Where they are, as an index in the tensor's shape (empty on the quick path).
+    rel_err : float
+        ``||cand - ref|| / ||ref||`` over the same elements.
+    cosine : float or None
+        Cosine similarity of the flattened tensors (``None`` on the quick path).
+    nonfinite_reference, nonfinite_candidate : int
+        NaN/Inf counts per side.
+    within_tolerance : bool
+    tolerance : str
+        The tolerance used, in words (:meth:`Tolerance.describe`).
+    """
+
+    numel: int
+    mismatched: int
+    max_abs: float
+    max_rel: float | None
+    rel_err: float
+    cosine: float | None
+    nonfinite_reference: int
+    nonfinite_candidate: int
+    within_tolerance: bool
+    tolerance: str
+    max_abs_index: list[int] = field(default_factory=list)
+    max_rel_index: list[int] = field(default_factory=list)
+
+    def evidence(self) -> dict[str, Any]:
+        """Flat numbers and strings for a finding's evidence (indices as tuples in text)."""
+        return {k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in asdict(self).items()}
 
 
 def first_tensor(obj: Any):
@@ -38,12 +83,12 @@ def first_tensor(obj: Any):
 _CHUNK = 1 << 22  # elements per chunk: bounds the comparison's transient memory
 
 
-def quick_metrics(ref, cand, tol: Tolerance) -> dict[str, Any] | None:
+def quick_metrics(ref, cand, tol: Tolerance) -> TensorMetrics | None:
     """The cheap path of :func:`tensor_metrics` for the common case of a match.
 
     Walks the tensors once with a handful of fused-friendly operations per chunk
     (difference, its norm and maximum, the elementwise bound) and returns a
-    metrics dict (same keys) when every element is finite and within tolerance;
+    :class:`TensorMetrics` when every element is finite and within tolerance;
     ``None`` otherwise, and the caller computes the full report. Shapes must match.
     """
     import torch
@@ -74,12 +119,12 @@ def quick_metrics(ref, cand, tol: Tolerance) -> dict[str, Any] | None:
     within = mis_v == 0 if tol.elementwise else rel_err <= (tol.rel or 0.0)
     if not within:
         return None
-    return {"numel": n, "mismatched": 0, "max_abs": mx_v, "max_abs_index": [], "max_rel": None,
-            "max_rel_index": [], "rel_err": rel_err, "cosine": None, "nonfinite_reference": 0,
-            "nonfinite_candidate": 0, "within_tolerance": True, "tolerance": tol.describe()}
+    return TensorMetrics(numel=n, mismatched=0, max_abs=mx_v, max_rel=None, rel_err=rel_err, cosine=None,
+                         nonfinite_reference=0, nonfinite_candidate=0, within_tolerance=True,
+                         tolerance=tol.describe())
 
 
-def tensor_metrics(ref, cand, tol: Tolerance) -> dict[str, Any]:
+def tensor_metrics(ref, cand, tol: Tolerance) -> TensorMetrics:
     """Compare two tensors of the same shape elementwise and as a whole.
 
     Parameters
@@ -92,14 +137,7 @@ def tensor_metrics(ref, cand, tol: Tolerance) -> dict[str, Any]:
 
     Returns
     -------
-    dict
-        ``numel``, ``mismatched`` (elements outside ``atol + rtol*|ref|``, NaN/Inf
-        counting as mismatched), ``max_abs`` and ``max_abs_index``, ``max_rel`` and
-        ``max_rel_index`` (over the elements finite on both sides), ``rel_err``
-        (``||cand-ref||/||ref||`` over the same elements),
-        ``cosine``, ``nonfinite_reference``, ``nonfinite_candidate``,
-        ``within_tolerance`` (bool) and ``tolerance`` (text). Indices are lists in
-        the tensor's shape.
+    TensorMetrics
 
     Notes
     -----
@@ -157,20 +195,20 @@ def tensor_metrics(ref, cand, tol: Tolerance) -> dict[str, Any]:
         within = mismatched == 0 and nf_a == nf_b == 0
     else:
         within = rel_err <= (tol.rel or 0.0) and nf_a == nf_b == 0
-    return {
-        "numel": n,
-        "mismatched": mismatched,
-        "max_abs": max(max_abs, 0.0) if n else 0.0,
-        "max_abs_index": _unravel(int(i_abs), shape),
-        "max_rel": max(max_rel, 0.0) if n else 0.0,
-        "max_rel_index": _unravel(int(i_rel), shape),
-        "rel_err": rel_err,
-        "cosine": cosine,
-        "nonfinite_reference": nf_a,
-        "nonfinite_candidate": nf_b,
-        "within_tolerance": bool(within),
-        "tolerance": tol.describe(),
-    }
+    return TensorMetrics(
+        numel=n,
+        mismatched=mismatched,
+        max_abs=max(max_abs, 0.0) if n else 0.0,
+        max_abs_index=_unravel(int(i_abs), shape),
+        max_rel=max(max_rel, 0.0) if n else 0.0,
+        max_rel_index=_unravel(int(i_rel), shape),
+        rel_err=rel_err,
+        cosine=cosine,
+        nonfinite_reference=nf_a,
+        nonfinite_candidate=nf_b,
+        within_tolerance=bool(within),
+        tolerance=tol.describe(),
+    )
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
@@ -181,13 +219,13 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
     return list(reversed(idx))
 
 
-def describe_mismatch(m: dict[str, Any]) -> str:
+def describe_mismatch(m: TensorMetrics) -> str:
     """One sentence in the style of ``assert_close``: counts, greatest differences and where."""
     nf = ""
-    if m["nonfinite_reference"] or m["nonfinite_candidate"]:
-        nf = (f"NaN/Inf: {m['nonfinite_reference']} in the reference, {m['nonfinite_candidate']} in "
+    if m.nonfinite_reference or m.nonfinite_candidate:
+        nf = (f"NaN/Inf: {m.nonfinite_reference} in the reference, {m.nonfinite_candidate} in "
               "the candidate (finite elements compared below); ")
-    return nf + (f"{m['mismatched']} / {m['numel']} elements differ beyond tolerance; greatest absolute "
-            f"difference {m['max_abs']:.3g} at index {tuple(m['max_abs_index'])}, greatest relative "
-            f"difference {m['max_rel']:.3g} at index {tuple(m['max_rel_index'])}; "
-            f"||a-b||/||b|| = {m['rel_err']:.3g}, cosine {m['cosine']:.6f} ({m['tolerance']})")
+    return nf + (f"{m.mismatched} / {m.numel} elements differ beyond tolerance; greatest absolute "
+                 f"difference {m.max_abs:.3g} at index {tuple(m.max_abs_index)}, greatest relative "
+                 f"difference {m.max_rel:.3g} at index {tuple(m.max_rel_index)}; "
+                 f"||a-b||/||b|| = {m.rel_err:.3g}, cosine {m.cosine:.6f} ({m.tolerance})")
