@@ -181,7 +181,12 @@ def _pair(ref_used: list[NormSite], cand_used: list[NormSite]) -> list[_Pair]:
     return pairs
 
 
+_Diagnosis = tuple[str, dict[str, Any], str]  # (code, evidence, message)
+
+
 def _functions(pairs: list[_Pair]) -> list[Finding]:
+    """Fingerprint both norms of every pair and name what each pair's function differs in;
+    one finding per code (the first pair as the example, the count in the evidence)."""
     hits: dict[str, list[tuple[_Pair, dict[str, Any], str]]] = {}
     cache: dict[int, Any] = {}
 
@@ -197,61 +202,9 @@ def _functions(pairs: list[_Pair]) -> list[Finding]:
         fr, fc = fp(p.ref), fp(p.cand)
         if fr is None or fc is None:
             continue
-        ev: dict[str, Any] = {}
-        code, msg = None, ""
-        if fr.kind != fc.kind:
-            code = "norm.kind_mismatch" if "unknown" not in (fr.kind, fc.kind) else "norm.unexplained"
-            ev = {"reference_kind": fr.kind, "candidate_kind": fc.kind,
-                  "candidate_rms_fit_residual": fc.rel_diff_kinds["rms"],
-                  "candidate_layer_fit_residual": fc.rel_diff_kinds["layer"]}
-            msg = (f"{p.ref.name} is {_kname(fr.kind)}, {p.cand.name} is {_kname(fc.kind)} "
-                   f"(fit residuals: rms {fc.rel_diff_kinds['rms']:.2g}, layer "
-                   f"{fc.rel_diff_kinds['layer']:.2g}).")
-        else:
-            wdiff = _rel(fc.weight, fr.weight)
-            if wdiff > 1e-4:
-                plus = _rel(fc.weight, fr.weight + 1)
-                minus = _rel(fc.weight, fr.weight - 1)
-                if min(plus, minus) <= 1e-4:
-                    code = "norm.weight_offset"
-                    form = "(1 + w)" if plus <= minus else "(w - 1)"
-                    ev = {"reference_weight_form": "w", "candidate_weight_form": form,
-                          "weight_rel_diff": wdiff, "offset_fit_rel_diff": min(plus, minus)}
-                    msg = (f"{p.cand.name} scales by {form} where {p.ref.name} scales by w "
-                           f"(weights differ by {wdiff:.2g} relative; by {min(plus, minus):.1g} after "
-                           "the offset).")
-                else:
-                    code = "norm.unexplained"
-                    ev = {"weight_rel_diff": wdiff, "offset_fit_rel_diff": min(plus, minus),
-                          "reference_eps": _g(fr.eps), "candidate_eps": _g(fc.eps)}
-                    msg = (f"{p.ref.name} and {p.cand.name} apply different weights "
-                           f"(relative difference {wdiff:.3g}), not explained by a (1 + w) offset.")
-            elif _eps_differ(fr.eps, fc.eps):
-                code = "norm.eps_mismatch"
-                ev = {"reference_eps": _g(fr.eps), "candidate_eps": _g(fc.eps),
-                      "reference_eps_attr": p.ref.eps if p.ref.eps is not None else "",
-                      "candidate_eps_attr": p.cand.eps if p.cand.eps is not None else ""}
-                msg = (f"The candidate's {p.cand.name} uses eps={_g(fc.eps):g}; the reference's "
-                       f"{p.ref.name} uses eps={_g(fr.eps):g} (fitted on rows whose mean square is of "
-                       "the order of eps).")
-            elif (fr.bf16_error is not None and fc.bf16_error is not None
-                  and fc.bf16_error > UPCAST_RATIO * fr.bf16_error):
-                code = "norm.no_fp32_upcast"
-                ev = {"reference_bf16_rel_error": fr.bf16_error, "candidate_bf16_rel_error": fc.bf16_error,
-                      "ratio": fc.bf16_error / max(fr.bf16_error, 1e-30)}
-                msg = (f"In bfloat16, {p.cand.name} is {fc.bf16_error / max(fr.bf16_error, 1e-30):.2f}x "
-                       f"further from its float64 result per row than {p.ref.name} "
-                       f"({fc.bf16_error:.3g} vs {fr.bf16_error:.3g}): the variance is not computed "
-                       "in float32.")
-        if code is None:
-            diff = _rel(fc.outputs, fr.outputs)
-            if diff > 1e-4:
-                code = "norm.unexplained"
-                ev = {"output_rel_diff": diff, "reference_kind": fr.kind, "candidate_kind": fc.kind,
-                      "reference_eps": _g(fr.eps), "candidate_eps": _g(fc.eps)}
-                msg = (f"{p.ref.name} and {p.cand.name} give outputs {diff:.3g} apart (relative) on the "
-                       "probe rows with the same kind, weight and eps: no known norm fault explains it.")
-        if code:
+        found = _diagnose_pair(p, fr, fc)
+        if found is not None:
+            code, ev, msg = found
             hits.setdefault(code, []).append((p, ev, msg))
     out = []
     for code, items in hits.items():
@@ -260,6 +213,86 @@ def _functions(pairs: list[_Pair]) -> list[Finding]:
         more = f" ({len(items)} of {len(pairs)} norm pairs)" if len(items) > 1 else ""
         out.append(_fail(code, msg.rstrip(".") + more + ".", ev, Where(p.ref.name, p.cand.name)))
     return out
+
+
+def _diagnose_pair(p: _Pair, fr, fc) -> _Diagnosis | None:
+    """The hypotheses in order: kind, weight (offset), eps, fp32 upcast; else unexplained
+    when the outputs still differ; ``None`` when the two norms compute the same function."""
+    if fr.kind != fc.kind:
+        return _kind_mismatch(p, fr, fc)
+    found = _weight_mismatch(p, fr, fc)
+    if found is None and _eps_differ(fr.eps, fc.eps):
+        found = _eps_mismatch(p, fr, fc)
+    if found is None:
+        found = _no_fp32_upcast(p, fr, fc)
+    if found is None:
+        diff = _rel(fc.outputs, fr.outputs)
+        if diff > 1e-4:
+            found = ("norm.unexplained",
+                     {"output_rel_diff": diff, "reference_kind": fr.kind, "candidate_kind": fc.kind,
+                      "reference_eps": _g(fr.eps), "candidate_eps": _g(fc.eps)},
+                     f"{p.ref.name} and {p.cand.name} give outputs {diff:.3g} apart (relative) on the "
+                     "probe rows with the same kind, weight and eps: no known norm fault explains it.")
+    return found
+
+
+def _kind_mismatch(p: _Pair, fr, fc) -> _Diagnosis:
+    """``norm.kind_mismatch`` (RMSNorm vs LayerNorm), or unexplained when a side fits neither."""
+    code = "norm.kind_mismatch" if "unknown" not in (fr.kind, fc.kind) else "norm.unexplained"
+    ev = {"reference_kind": fr.kind, "candidate_kind": fc.kind,
+          "candidate_rms_fit_residual": fc.rel_diff_kinds["rms"],
+          "candidate_layer_fit_residual": fc.rel_diff_kinds["layer"]}
+    msg = (f"{p.ref.name} is {_kname(fr.kind)}, {p.cand.name} is {_kname(fc.kind)} "
+           f"(fit residuals: rms {fc.rel_diff_kinds['rms']:.2g}, layer "
+           f"{fc.rel_diff_kinds['layer']:.2g}).")
+    return code, ev, msg
+
+
+def _weight_mismatch(p: _Pair, fr, fc) -> _Diagnosis | None:
+    """``norm.weight_offset`` ((1 + w) vs w), unexplained for other weight differences,
+    ``None`` when the effective weights agree."""
+    wdiff = _rel(fc.weight, fr.weight)
+    if wdiff <= 1e-4:
+        return None
+    plus = _rel(fc.weight, fr.weight + 1)
+    minus = _rel(fc.weight, fr.weight - 1)
+    if min(plus, minus) <= 1e-4:
+        form = "(1 + w)" if plus <= minus else "(w - 1)"
+        return ("norm.weight_offset",
+                {"reference_weight_form": "w", "candidate_weight_form": form,
+                 "weight_rel_diff": wdiff, "offset_fit_rel_diff": min(plus, minus)},
+                f"{p.cand.name} scales by {form} where {p.ref.name} scales by w "
+                f"(weights differ by {wdiff:.2g} relative; by {min(plus, minus):.1g} after "
+                "the offset).")
+    return ("norm.unexplained",
+            {"weight_rel_diff": wdiff, "offset_fit_rel_diff": min(plus, minus),
+             "reference_eps": _g(fr.eps), "candidate_eps": _g(fc.eps)},
+            f"{p.ref.name} and {p.cand.name} apply different weights "
+            f"(relative difference {wdiff:.3g}), not explained by a (1 + w) offset.")
+
+
+def _eps_mismatch(p: _Pair, fr, fc) -> _Diagnosis:
+    """``norm.eps_mismatch``: both fitted eps values and the modules' own attributes."""
+    return ("norm.eps_mismatch",
+            {"reference_eps": _g(fr.eps), "candidate_eps": _g(fc.eps),
+             "reference_eps_attr": p.ref.eps if p.ref.eps is not None else "",
+             "candidate_eps_attr": p.cand.eps if p.cand.eps is not None else ""},
+            f"The candidate's {p.cand.name} uses eps={_g(fc.eps):g}; the reference's "
+            f"{p.ref.name} uses eps={_g(fr.eps):g} (fitted on rows whose mean square is of "
+            "the order of eps).")
+
+
+def _no_fp32_upcast(p: _Pair, fr, fc) -> _Diagnosis | None:
+    """``norm.no_fp32_upcast``: the candidate's bf16 error is UPCAST_RATIO x the reference's."""
+    if fr.bf16_error is None or fc.bf16_error is None or fc.bf16_error <= UPCAST_RATIO * fr.bf16_error:
+        return None
+    ratio = fc.bf16_error / max(fr.bf16_error, 1e-30)
+    return ("norm.no_fp32_upcast",
+            {"reference_bf16_rel_error": fr.bf16_error, "candidate_bf16_rel_error": fc.bf16_error,
+             "ratio": ratio},
+            f"In bfloat16, {p.cand.name} is {ratio:.2f}x further from its float64 result per row "
+            f"than {p.ref.name} ({fc.bf16_error:.3g} vs {fr.bf16_error:.3g}): the variance is not "
+            "computed in float32.")
 
 
 def _kname(kind: str) -> str:
