@@ -154,42 +154,54 @@ def load_spec(path: str | Path | None = None, *, example: str | None = None,
         raise InputError("give a SPEC path or --example, not both")
     _guard_imports()
     if path is None:
-        ex = example or DEFAULT_EXAMPLE
-        ex_name, _, ex_variant = ex.partition(":")
-        if ex_variant:
-            if variant and variant != ex_variant:
-                raise InputError(f"--example {ex} and --variant {variant} disagree")
-            variant = ex_variant
-        if ex_name not in EMBEDDED:
-            raise InputError(f"unknown example {ex_name!r}; known: {', '.join(EMBEDDED)} "
-                             "(run `porting-kit examples`)")
-        module = importlib.import_module(EMBEDDED[ex_name])
-        module = importlib.reload(module)  # fresh globals: VARIANT from a previous load is gone
-        name = f"example:{ex_name}"
+        module, name, variant = _import_example(example or DEFAULT_EXAMPLE, variant)
     else:
-        p = Path(path)
-        if not p.exists():
-            raise InputError(f"{p}: spec file not found")
-        if p.is_dir():
-            raise InputError(f"{p}: is a directory; give a port spec .py file")
-        if p.suffix != ".py":
-            raise InputError(f"{p}: a port spec is a Python file ending in .py")
-        try:
-            p.read_bytes()
-        except OSError as exc:
-            raise InputError(f"{p}: cannot read spec file: {exc.strerror}") from exc
-        module = _import_file(p)
-        name = str(p)
+        module, name = _import_spec_file(Path(path)), str(Path(path))
     spec = Spec(module=module, name=name)
     if variant is not None:
-        known = spec.variants
-        if variant not in known:
-            listed = ", ".join(sorted(known)) or "none"
-            raise InputError(f"{name}: unknown variant {variant!r}; this spec declares: {listed}")
-        module.VARIANT = variant
-        spec.variant = variant
+        _select_variant(spec, variant)
     _validate(spec)
     return spec
+
+
+def _import_example(example: str, variant: str | None):
+    """``(module, name, variant)`` of an embedded example ``name[:variant]``, freshly imported."""
+    ex_name, _, ex_variant = example.partition(":")
+    if ex_variant:
+        if variant and variant != ex_variant:
+            raise InputError(f"--example {example} and --variant {variant} disagree")
+        variant = ex_variant
+    if ex_name not in EMBEDDED:
+        raise InputError(f"unknown example {ex_name!r}; known: {', '.join(EMBEDDED)} "
+                         "(run `porting-kit examples`)")
+    module = importlib.import_module(EMBEDDED[ex_name])
+    module = importlib.reload(module)  # fresh globals: VARIANT from a previous load is gone
+    return module, f"example:{ex_name}", variant
+
+
+def _import_spec_file(p: Path):
+    """Import a spec file after checking it is a readable ``.py`` file (InputError otherwise)."""
+    if not p.exists():
+        raise InputError(f"{p}: spec file not found")
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory; give a port spec .py file")
+    if p.suffix != ".py":
+        raise InputError(f"{p}: a port spec is a Python file ending in .py")
+    try:
+        p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read spec file: {exc.strerror}") from exc
+    return _import_file(p)
+
+
+def _select_variant(spec: Spec, variant: str) -> None:
+    """Set the spec module's ``VARIANT`` after checking the spec declares it."""
+    known = spec.variants
+    if variant not in known:
+        listed = ", ".join(sorted(known)) or "none"
+        raise InputError(f"{spec.name}: unknown variant {variant!r}; this spec declares: {listed}")
+    spec.module.VARIANT = variant
+    spec.variant = variant
 
 
 def _guard_imports() -> None:
