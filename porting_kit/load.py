@@ -164,30 +164,7 @@ def load_weights(spec: Spec, reference, candidate) -> WeightLoad:
         for n in saved:
             params[n].fill_(float("nan"))
 
-        if spec.has("convert_weights"):
-            method = "convert_weights"
-            converted = spec.call("convert_weights", dict(ref_sd))
-            if not isinstance(converted, dict):
-                raise InputError(f"{spec.name}: convert_weights() must return a dict of tensors, "
-                                 f"got {type(converted).__name__}")
-            _check_shapes(converted, candidate, "converted reference weights")
-            candidate.load_state_dict(converted, strict=False)
-        elif callable(getattr(candidate, "load_weights", None)):
-            method = "load_weights"
-            items = _Tracking(ref_sd.items())
-            try:
-                candidate.load_weights(items)
-            except Exception as exc:
-                where = ""
-                if items.last is not None:
-                    where = f" while loading {items.last[0]} (shape {tuple(items.last[1].shape)})"
-                raise InputError(f"weights cannot be loaded into the candidate{where}: "
-                                 f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                                 ) from exc
-        else:
-            method = "names"
-            _check_shapes(ref_sd, candidate, "reference state dict")
-            candidate.load_state_dict(ref_sd, strict=False)
+        method = _apply_weights(spec, ref_sd, candidate)
 
         unset = [n for n, p in params.items() if n in saved and p.numel() and bool(torch.isnan(p).all())]
         for n in unset:
@@ -198,12 +175,46 @@ def load_weights(spec: Spec, reference, candidate) -> WeightLoad:
         # values may land in parameters or persistent buffers (codebooks are buffers)
         cand_sd = dict(candidate.state_dict())
         _trace_values(ref_sd, cand_sd, result, spec)
-        for cname, rnames in result.weight_map.items():
-            if cname.endswith(".weight") and len(rnames) == 1:
-                perm = row_permutation(ref_sd[rnames[0]], cand_sd[cname])
-                if perm is not None:
-                    result.output_permutation[cname[: -len(".weight")]] = perm
+        _find_output_permutations(ref_sd, cand_sd, result)
     return result
+
+
+def _apply_weights(spec: Spec, ref_sd: dict[str, Any], candidate) -> str:
+    """Load ``ref_sd`` into ``candidate`` by the first way the spec/candidate offers; return its name
+    (``convert_weights``, ``load_weights`` or ``names``). Raises InputError when loading fails."""
+    if spec.has("convert_weights"):
+        converted = spec.call("convert_weights", dict(ref_sd))
+        if not isinstance(converted, dict):
+            raise InputError(f"{spec.name}: convert_weights() must return a dict of tensors, "
+                             f"got {type(converted).__name__}")
+        _check_shapes(converted, candidate, "converted reference weights")
+        candidate.load_state_dict(converted, strict=False)
+        return "convert_weights"
+    if callable(getattr(candidate, "load_weights", None)):
+        items = _Tracking(ref_sd.items())
+        try:
+            candidate.load_weights(items)
+        except Exception as exc:
+            where = ""
+            if items.last is not None:
+                where = f" while loading {items.last[0]} (shape {tuple(items.last[1].shape)})"
+            raise InputError(f"weights cannot be loaded into the candidate{where}: "
+                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                             ) from exc
+        return "load_weights"
+    _check_shapes(ref_sd, candidate, "reference state dict")
+    candidate.load_state_dict(ref_sd, strict=False)
+    return "names"
+
+
+def _find_output_permutations(ref_sd: dict[str, Any], cand_sd: dict[str, Any], result: WeightLoad) -> None:
+    """Record the row permutation of every 1:1-mapped ``.weight`` whose rows were permuted
+    (the q/k permutation between interleaved and rotate-half RoPE) in ``result.output_permutation``."""
+    for cname, rnames in result.weight_map.items():
+        if cname.endswith(".weight") and len(rnames) == 1:
+            perm = row_permutation(ref_sd[rnames[0]], cand_sd[cname])
+            if perm is not None:
+                result.output_permutation[cname[: -len(".weight")]] = perm
 
 
 def _trace_values(ref_sd: dict[str, Any], params: dict[str, Any], result: WeightLoad, spec: Spec) -> None:
