@@ -93,7 +93,7 @@ def _loaded_context(args, layers: int, variant_options=None):
 
 def measure_time(args) -> dict:
     """Median seconds of two plain forwards and of a full parity check (models loaded once)."""
-    from porting_kit.checks.parity import get_result
+    from porting_kit.probes.layers import get_result
 
     spec, ctx, pair = _loaded_context(args, args.layers)
     _two_forwards(spec, pair, args.device)  # warm-up
@@ -168,7 +168,7 @@ def memory_child(args, mode: str, layers: int) -> int:
     measured cold in a fresh process so allocator caching does not hide it."""
     import torch
 
-    from porting_kit.checks.parity import get_result
+    from porting_kit.probes.layers import get_result
 
     spec, ctx, pair = _loaded_context(args, layers)
     if args.device.startswith("cuda"):

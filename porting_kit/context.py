@@ -3,7 +3,7 @@
 Data flows one way (STYLE.md): the runner builds a :class:`CheckContext` from a
 spec; the parity family loads weights and captures; later families (rope,
 norm, audio) read what earlier ones left in ``ctx.state`` through the helper
-functions of the module that produced it (e.g. ``checks.parity.get_result``),
+functions of the module that produced it (e.g. ``probes.layers.get_result``),
 never by reaching back up the chain themselves.
 """
 

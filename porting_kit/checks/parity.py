@@ -1,354 +1,19 @@
-"""Layer parity: load weights, capture both forwards, align, compare, locate.
+"""Layer parity (family ``parity``): the findings built from :mod:`porting_kit.probes.layers`.
 
 Codes: ``parity.first_divergence`` (the first aligned module pair beyond
 tolerance, both module names), ``parity.nan_origin`` (the first module whose
 output has NaN/Inf while its input had none), ``parity.unmapped_weights``
 (reference tensors not loaded / candidate parameters never set), ``parity.ok``.
-
-How the first divergence is located
------------------------------------
-Each side runs once with sketch hooks (:mod:`porting_kit.probes.capture`) on the
-modules outside repeated blocks plus one per block (``coarse_names``: one hook
-per decoder layer, not fifteen). Aligned pairs (:mod:`porting_kit.probes.align`) are
-screened in reference completion order with the sketch error against the
-dtype's tolerance (:mod:`porting_kit.probes.tolerance`); the outputs are compared in
-full. When a block differs, both sides run again with hooks on everything
-inside that block only, and the screen repeats there. For the first flagged module ``M``: if its
-input already differed, the fault lies in code of the nearest aligned
-ancestor that is not itself a module (attention math between ``q_proj`` and
-``o_proj``, a residual add), so that ancestor is the location; otherwise
-``M`` is. Only then both models run once more, capturing the full tensors of
-that pair, and the finding reports ``assert_close``-style figures.
+How the first divergence is located: :mod:`porting_kit.probes.layers`.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-from typing import Any
-
-from porting_kit.probes.align import AlignedPair, Alignment, align
-from porting_kit.probes.capture import (
-    Record,
-    capture_full,
-    capture_summaries,
-    coarse_names,
-    estimate_abs_err,
-    estimate_rel_err,
-    subtree_names,
-)
-from porting_kit.probes.compare import (
-    TensorMetrics,
-    describe_mismatch,
-    first_tensor,
-    quick_metrics,
-    tensor_metrics,
-)
 from porting_kit.context import CheckContext
-from porting_kit.errors import InputError
+from porting_kit.probes.compare import describe_mismatch
+from porting_kit.probes.layers import ParityResult, alignment_table, display_name, get_result, names_text
+from porting_kit.probes.tolerance import dtype_name
 from porting_kit.report.findings import Finding, Where, ok, skip
-from porting_kit.probes.tolerance import Tolerance, dtype_name, tolerance_for
-from porting_kit.load import LoadedPair, load_pair
-
-_MAX_VERIFY = 3
-
-
-@dataclass
-class PairStat:
-    """An aligned pair with its screened error (sketch estimates, :mod:`porting_kit.probes.capture`).
-
-    ``input_flagged`` is known only for the pair that was located (full re-run)."""
-
-    pair: AlignedPair
-    rel_err: float
-    abs_err: float
-    flagged: bool
-    input_flagged: bool = False
-
-
-@dataclass
-class ParityResult:
-    """Everything layer parity found; cached in ``ctx.state['parity']``.
-
-    Attributes
-    ----------
-    pair : LoadedPair
-    alignment : Alignment
-    stats : list of PairStat
-        Comparable aligned pairs in reference completion order.
-    first_divergence : PairStat or None
-        The located pair (possibly the ancestor of the first flagged module).
-    first_flagged : PairStat or None
-        The first module whose output differs (may be inside ``first_divergence``).
-    divergence_metric : TensorMetrics or None
-        Full-tensor metrics of the located pair (:func:`porting_kit.probes.compare.tensor_metrics`).
-    output_metric : TensorMetrics or None
-        Full-tensor metrics of the compared outputs (``run_reference`` vs ``run_candidate``).
-    nan_origin : dict
-        ``{"reference": Record|None, "candidate": Record|None}``.
-    tolerance : Tolerance
-    timing : dict
-        Seconds: ``forward_reference``, ``forward_candidate``, ``compare``, ``locate``.
-    """
-
-    pair: LoadedPair
-    alignment: Alignment
-    stats: list[PairStat]
-    first_divergence: PairStat | None
-    first_flagged: PairStat | None
-    divergence_metric: TensorMetrics | None
-    output_metric: TensorMetrics | None
-    nan_origin: dict
-    tolerance: Tolerance
-    reference_records: list[Record] = field(repr=False, default_factory=list)
-    candidate_records: list[Record] = field(repr=False, default_factory=list)
-    timing: dict = field(default_factory=dict)
-
-
-def _run(spec, side: str, model, inputs):
-    fn_name = f"run_{side}"
-    if spec.has(fn_name):
-        out = spec.call(fn_name, model, inputs)
-    else:
-        try:
-            out = model(**inputs)
-        except Exception as exc:
-            raise InputError(f"{spec.name}: {side} forward model(**inputs) raised "
-                             f"{type(exc).__name__}: {exc}; define run_{side}(model, inputs)") from exc
-    t = first_tensor(out)
-    if t is None:
-        raise InputError(f"{spec.name}: the {side} forward returned no tensor")
-    return t
-
-
-def _forward(spec, side, model, inputs, records, output_permutation=None, only=None):
-    import torch
-
-    with capture_summaries(model, records, output_permutation=output_permutation, only=only), \
-            torch.no_grad():
-        out = _run(spec, side, model, inputs)
-    _sync(out)
-    return out
-
-
-def _sync(t) -> None:
-    import torch
-
-    if t.is_cuda:
-        torch.cuda.synchronize(t.device)
-
-
-def _screen(p: AlignedPair, tol: Tolerance) -> PairStat:
-    r, c = p.reference.out, p.candidate.out
-    rel = estimate_rel_err(r, c)
-    ab = estimate_abs_err(r, c)
-    nonfinite = bool(r.nonfinite or c.nonfinite)
-    flagged = nonfinite or ab > tol.tensor_bound(r.numel, r.norm)
-    return PairStat(p, rel, ab, flagged)
-
-
-def _is_ancestor(a: str, b: str) -> bool:
-    return (a == "" and b != "") or b.startswith(a + ".")
-
-
-def _ancestors(stats: list[PairStat], st: PairStat) -> list[PairStat]:
-    """Aligned comparable pairs enclosing ``st`` on both sides, innermost first."""
-    r, c = st.pair.reference.name, st.pair.candidate.name
-    anc = [s for s in stats if s is not st and _is_ancestor(s.pair.reference.name, r)
-           and _is_ancestor(s.pair.candidate.name, c)]
-    return sorted(anc, key=lambda s: -s.pair.reference.depth)
-
-
-def _locate(spec, pair: LoadedPair, stats: list[PairStat], first: PairStat,
-            tol: Tolerance) -> tuple[PairStat, dict | None]:
-    """Re-run both models once, capturing the full tensors of ``first`` and its aligned
-    ancestors. When ``first``'s input already differed, the fault is in the own code of
-    the nearest flagged ancestor (attention math between ``q_proj`` and ``o_proj``, a
-    residual add): that ancestor is the location. Returns (location, its full metrics)."""
-    anc = _ancestors(stats, first)
-    group = [first] + anc
-    got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in group},
-                         {s.pair.candidate.key for s in group})
-
-    def metrics(st: PairStat, which: int) -> dict | None:
-        r = got_r.get(st.pair.reference.key, (None, None))[which]
-        c = got_c.get(st.pair.candidate.key, (None, None))[which]
-        if r is None or c is None or tuple(r.shape) != tuple(c.shape):
-            return None
-        if which == 1:
-            perm = pair.weights.output_permutation.get(st.pair.candidate.name)
-            if perm is not None and perm.numel() == c.shape[-1]:
-                import torch
-
-                c = c[..., torch.argsort(perm.to(c.device))]  # back to the reference's order
-        return tensor_metrics(r, c, tol)
-
-    m_in = metrics(first, 0)
-    first.input_flagged = bool(m_in is not None and not m_in.within_tolerance)
-    if first.input_flagged:
-        for a in anc:
-            if a.flagged:
-                return a, metrics(a, 1)
-    return first, metrics(first, 1)
-
-
-def _full(spec, pair: LoadedPair, ref_keys: set[str], cand_keys: set[str]):
-    with capture_full(pair.reference, ref_keys) as got_r:
-        _run(spec, "reference", pair.reference, pair.inputs)
-    with capture_full(pair.candidate, cand_keys) as got_c:
-        _run(spec, "candidate", pair.candidate, pair.inputs)
-    return got_r, got_c
-
-
-def get_result(ctx: CheckContext) -> ParityResult:
-    """Run layer parity once for this context (cached in ``ctx.state['parity']``).
-
-    Raises InputError for a spec without the parity trio or a failing spec call.
-    """
-    if "parity" in ctx.state:
-        return ctx.state["parity"]
-    spec = ctx.spec
-    if not spec.has_parity:
-        raise InputError(f"{spec.name}: layer parity needs reference(), candidate() and inputs()")
-    pair = load_pair(ctx)
-    ref_param = next(iter(pair.reference.parameters()), None)
-    tol = tolerance_for(ref_param.dtype if ref_param is not None else "float32", spec.get("tolerances"))
-    timing: dict[str, float] = {}
-
-    # Pass 1 hooks the modules outside repeated blocks plus one hook per block (coarse_names);
-    # only when a block differs does a second, fine pass hook everything inside it.
-    coarse_r, coarse_c = coarse_names(pair.reference), coarse_names(pair.candidate)
-    if coarse_r is None or coarse_c is None:
-        coarse_r = coarse_c = None
-    ctx.progress("parity: reference forward")
-    t0 = time.perf_counter()
-    rrec: list[Record] = []
-    out_r = _forward(spec, "reference", pair.reference, pair.inputs, rrec, only=coarse_r)
-    timing["forward_reference"] = time.perf_counter() - t0
-    ctx.progress("parity: candidate forward")
-    t0 = time.perf_counter()
-    crec: list[Record] = []
-    out_c = _forward(spec, "candidate", pair.candidate, pair.inputs, crec,
-                     output_permutation=pair.weights.output_permutation, only=coarse_c)
-    timing["forward_candidate"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    module_map = spec.get("module_map")
-    alignment = align(rrec, crec, module_map=module_map, weight_map=pair.weights.weight_map)
-    stats = [_screen(p, tol) for p in alignment.pairs if p.comparable]
-    if tuple(out_r.shape) == tuple(out_c.shape):
-        output_metric = quick_metrics(out_r, out_c, tol) or tensor_metrics(out_r, out_c, tol)
-    else:
-        output_metric = None
-    timing["compare"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    first, first_flagged, metric = None, None, None
-    fine_r: list[Record] = []
-    fine_c: list[Record] = []
-    pending = [s for s in stats if s.flagged]
-    for _ in range(_MAX_VERIFY):
-        if not pending:
-            break
-        block = pending[0]
-        cand_first, scope = block, stats
-        sub_r = subtree_names(pair.reference, block.pair.reference.name) if coarse_r is not None else set()
-        sub_c = subtree_names(pair.candidate, block.pair.candidate.name) if coarse_c is not None else set()
-        if len(sub_r) > 1 or len(sub_c) > 1:
-            # fine pass: every module inside the first block that differs
-            ctx.progress("parity: fine pass in " + _display(block.pair.reference.name))
-            fine_r, fine_c = [], []
-            _forward(spec, "reference", pair.reference, pair.inputs, fine_r, only=sub_r)
-            _forward(spec, "candidate", pair.candidate, pair.inputs, fine_c,
-                     output_permutation=pair.weights.output_permutation, only=sub_c)
-            fine_al = align(fine_r, fine_c, module_map=module_map, weight_map=pair.weights.weight_map)
-            scope = [_screen(p, tol) for p in fine_al.pairs if p.comparable]
-            known = {st.pair.reference.key for st in stats}
-            # the block's insides go in just before the block (they complete before it)
-            inner = [st for st in scope if st.pair.reference.key not in known]
-            at = stats.index(block)
-            stats = stats[:at] + inner + stats[at:]
-            pos = alignment.pairs.index(block.pair)
-            alignment.pairs[pos:pos] = [st.pair for st in inner]
-            alignment.unaligned_reference.extend(r for r in fine_al.unaligned_reference
-                                                 if r.key not in known)
-            alignment.unaligned_reference[:] = [
-                r for r in alignment.unaligned_reference
-                if r.key not in {st.pair.reference.key for st in stats}]
-            alignment.unaligned_candidate.extend(fine_al.unaligned_candidate)
-            flagged = [st for st in scope if st.flagged]
-            if flagged:
-                cand_first = flagged[0]
-        loc, m = _locate(spec, pair, scope, cand_first, tol)
-        if m is None or not m.within_tolerance:
-            first, first_flagged, metric = loc, cand_first, m
-            break
-        # a false alarm of the sketch screen: drop this block and what it located
-        pending = [s for s in pending if s is not block and s is not loc and s is not cand_first]
-    nan_origin = {}
-    for side, coarse_recs, fine_recs in (("reference", rrec, fine_r), ("candidate", crec, fine_c)):
-        origin = _nan_origin(spec, pair, side, fine_recs) if fine_recs else None
-        nan_origin[side] = origin or _nan_origin(spec, pair, side, coarse_recs)
-    timing["locate"] = time.perf_counter() - t0
-
-    result = ParityResult(pair=pair, alignment=alignment, stats=stats, first_divergence=first,
-                          first_flagged=first_flagged, divergence_metric=metric,
-                          output_metric=output_metric, nan_origin=nan_origin, tolerance=tol,
-                          reference_records=rrec, candidate_records=crec, timing=timing)
-    ctx.state["parity"] = result
-    return result
-
-
-def _nan_origin(spec, pair: LoadedPair, side: str, records: list[Record]) -> Record | None:
-    """The first module (completion order: innermost first) whose output holds NaN/Inf.
-    When its input already held NaN/Inf (made by the parent's own code between its
-    children), the parent is the origin; that is checked by one re-run of this side."""
-    import torch
-
-    first = next((r for r in records if r.out is not None and r.out.nonfinite), None)
-    if first is None:
-        return None
-    model = getattr(pair, side)
-    with capture_full(model, {first.key}) as got:
-        _run(spec, side, model, pair.inputs)
-    inp = got.get(first.key, (None, None))[0]
-    if inp is not None and (inp.is_floating_point() or inp.is_complex()) \
-            and not bool(torch.isfinite(inp).all()):
-        names = {r.name: r for r in records}
-        parent = first.name
-        while parent:
-            parent = parent.rsplit(".", 1)[0] if "." in parent else ""
-            if parent in names:
-                return names[parent]
-    return first
-
-
-def _display(name: str) -> str:
-    return name or "<root>"
-
-
-def _names(records, limit: int = 12) -> str:
-    shown = [f"{_display(r.key)} ({r.type})" for r in records[:limit]]
-    more = len(records) - limit
-    return ", ".join(shown) + (f", ... (+{more} more)" if more > 0 else "")
-
-
-def alignment_table(result: ParityResult) -> list[dict[str, Any]]:
-    """Rows for notebooks and the JSON extras: one per aligned pair (reference
-    completion order): names, types, how it was aligned, estimated relative
-    error of output and input, flagged or not."""
-    by_pair = {id(s.pair): s for s in result.stats}
-    rows = []
-    for i, p in enumerate(result.alignment.pairs):
-        s = by_pair.get(id(p))
-        rows.append({
-            "order": i, "reference": _display(p.reference.key), "candidate": _display(p.candidate.key),
-            "reference_type": p.reference.type, "candidate_type": p.candidate.type, "source": p.source,
-            "shape": str(p.reference.out.shape if p.reference.out is not None else None),
-            "rel_err": None if s is None else s.rel_err,
-            "status": "not compared" if s is None else ("differs" if s.flagged else "match"),
-        })
-    return rows
 
 
 def run(ctx: CheckContext) -> list[Finding]:
@@ -379,8 +44,8 @@ def _common_evidence(res: ParityResult) -> dict:
     return {"aligned_modules": len(al.pairs), "compared_modules": len(res.stats),
             "unaligned_reference": len(al.unaligned_reference),
             "unaligned_candidate": len(al.unaligned_candidate),
-            "unaligned_reference_modules": _names(al.unaligned_reference),
-            "unaligned_candidate_modules": _names(al.unaligned_candidate),
+            "unaligned_reference_modules": names_text(al.unaligned_reference),
+            "unaligned_candidate_modules": names_text(al.unaligned_candidate),
             "tolerance": res.tolerance.describe(), "dtype": dtype_name(res.tolerance.dtype)}
 
 
@@ -416,11 +81,11 @@ def _nan_origins(res: ParityResult) -> list[Finding]:
         if rec is not None:
             findings.append(Finding(
                 "parity", "parity.nan_origin", "fail",
-                f"The {side}'s first NaN/Inf appears in the output of {_display(rec.key)} "
+                f"The {side}'s first NaN/Inf appears in the output of {display_name(rec.key)} "
                 f"({rec.type}) while its input was finite.",
-                evidence={"side": side, "module": _display(rec.key), "type": rec.type,
+                evidence={"side": side, "module": display_name(rec.key), "type": rec.type,
                           "numel": rec.out.numel},
-                where=Where(**{side: _display(rec.key)}),
+                where=Where(**{side: display_name(rec.key)}),
                 hint="Look at this module's own code: an uninitialised buffer (e.g. RoPE inv_freq after "
                      "meta-device init), a division by zero, or an overflow in low precision."))
     return findings
@@ -435,18 +100,18 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
         m = res.divergence_metric
         ff = res.first_flagged
         inside = (ff is not None and ff is not fd)
-        msg = (f"First divergence: reference {_display(fd.pair.reference.key)} ~ candidate "
-               f"{_display(fd.pair.candidate.key)}: " + (describe_mismatch(m) if m is not None else
+        msg = (f"First divergence: reference {display_name(fd.pair.reference.key)} ~ candidate "
+               f"{display_name(fd.pair.candidate.key)}: " + (describe_mismatch(m) if m is not None else
                                                           f"estimated ||a-b||/||b|| = {fd.rel_err:.3g}") + ".")
         if inside:
-            msg += (f" Its child {_display(ff.pair.reference.key)} ~ {_display(ff.pair.candidate.key)} is "
+            msg += (f" Its child {display_name(ff.pair.reference.key)} ~ {display_name(ff.pair.candidate.key)} is "
                     "the first output to differ but its input already differed: the fault is in "
-                    f"{_display(fd.pair.reference.key)}'s own code.")
-        ev = {"reference_module": _display(fd.pair.reference.key), "reference_type": fd.pair.reference.type,
-              "candidate_module": _display(fd.pair.candidate.key), "candidate_type": fd.pair.candidate.type,
+                    f"{display_name(fd.pair.reference.key)}'s own code.")
+        ev = {"reference_module": display_name(fd.pair.reference.key), "reference_type": fd.pair.reference.type,
+              "candidate_module": display_name(fd.pair.candidate.key), "candidate_type": fd.pair.candidate.type,
               "aligned_by": fd.pair.source, "estimated_rel_err": fd.rel_err,
-              "first_differing_output_reference": _display(ff.pair.reference.key) if ff else None,
-              "first_differing_output_candidate": _display(ff.pair.candidate.key) if ff else None,
+              "first_differing_output_reference": display_name(ff.pair.reference.key) if ff else None,
+              "first_differing_output_candidate": display_name(ff.pair.candidate.key) if ff else None,
               "input_already_differs": bool(ff.input_flagged) if ff else False}
         metric = m.evidence() if m is not None else {"estimated_rel_err": fd.rel_err}
         if m is not None:
@@ -454,11 +119,11 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
         ev.update(common)
         found.append(Finding(
             "parity", "parity.first_divergence", "fail", msg, evidence=ev,
-            where=Where(reference=_display(fd.pair.reference.key), candidate=_display(fd.pair.candidate.key)),
+            where=Where(reference=display_name(fd.pair.reference.key), candidate=display_name(fd.pair.candidate.key)),
             hint="Compare the two modules' code and the weights loaded into them; the rope/norm "
                  "diagnoses below name the cause when they recognise it."))
-        first = {"reference_module": _display(fd.pair.reference.key),
-                 "candidate_module": _display(fd.pair.candidate.key),
+        first = {"reference_module": display_name(fd.pair.reference.key),
+                 "candidate_module": display_name(fd.pair.candidate.key),
                  "metric": metric,
                  "order": next((i for i, p in enumerate(res.alignment.pairs)
                                 if p.reference.key == fd.pair.reference.key), -1)}
