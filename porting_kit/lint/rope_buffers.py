@@ -111,8 +111,9 @@ def on_class_exit(lin, frame) -> None:
     A class that keeps ``original_inv_freq`` (or defines
     ``compute_default_rope_parameters``) is fine only when its name contains
     ``RotaryEmbedding``: transformers' ``PreTrainedModel._init_weights`` recognises rotary
-    modules by that name (transformers 5, ``modeling_utils.py: PreTrainedModel._init_weights``). Other classes are flagged
-    only in files :meth:`Linter.meta_hint` says are built on the meta device.
+    modules by that name and ``original_inv_freq`` (transformers 5, ``modeling_utils.py``).
+    Other classes are flagged only in files :meth:`Linter.meta_hint` says are built on
+    the meta device.
     """
     state = frame.rope
     if state is None or not state.candidates or state.reinit:

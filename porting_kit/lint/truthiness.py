@@ -206,7 +206,9 @@ def _narrowed(node: ast.AST) -> str | None:
 
 
 def isinstance_split(test: ast.AST, frame) -> tuple[set[str], set[str]]:
-    """Tensor names that are *not* tensors in the body / the else branch of ``if isinstance(x, T):``.
+    """Tensor names that are *not* tensors in the body / the else branch of an isinstance test.
+
+    For ``if isinstance(x, T):`` with ``x`` a known tensor name.
 
     Parameters
     ----------
@@ -256,7 +258,9 @@ def on_boolop(lin, node: ast.BoolOp) -> None:
 
 
 def on_test(lin, node: ast.AST) -> None:
-    """Check a condition (``if``/``while``/ternary/``assert``/``not`` operand) for tensor truthiness.
+    """Check a condition for tensor truthiness (PK101 / PK102).
+
+    ``node`` is the test of an ``if`` / ``while`` / ternary / ``assert``, or a ``not`` operand.
 
     Parameters
     ----------
