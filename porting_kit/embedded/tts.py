@@ -131,13 +131,41 @@ def inputs() -> dict:
 
 
 def run_reference(model, inputs):
-    """LM logits of the reference, (batch, T, vocab_size) float."""
+    """LM logits of the reference (the spec's ``run_reference``).
+
+    Parameters
+    ----------
+    model : TinyTTSReference
+        From :func:`reference`, on the check's device.
+    inputs : dict
+        :func:`inputs`: ``input_ids`` [shape=(batch, seq), int64].
+
+    Returns
+    -------
+    torch.Tensor [shape=(batch, seq, vocab_size)]
+        Float logits (``vocab_size`` 1028).
+    """
     return model(inputs["input_ids"])
 
 
 def run_candidate(model, inputs):
-    """LM logits of the port: positions ``0..T-1`` built from input_ids (as the engine does),
-    ``forward`` then ``compute_logits``; (batch, T, vocab_size) float."""
+    """LM logits of the port (the spec's ``run_candidate``).
+
+    Positions ``0..seq-1`` are built from ``input_ids`` (as the engine does), then
+    ``forward`` then ``compute_logits``.
+
+    Parameters
+    ----------
+    model : TinyTTSPort
+        From :func:`candidate`, weights loaded.
+    inputs : dict
+        :func:`inputs`: ``input_ids`` [shape=(batch, seq), int64].
+
+    Returns
+    -------
+    torch.Tensor [shape=(batch, seq, vocab_size)]
+        Float logits.
+    """
     import torch
 
     input_ids = inputs["input_ids"]
@@ -225,17 +253,61 @@ def codes():
 
 
 def decode_reference(codes):
-    """Reference ``EncodecModel`` decode: ``(channels, samples)`` float32 at 24 kHz."""
+    """Reference ``EncodecModel`` decode of ``codes`` (the spec's ``decode_reference``).
+
+    Parameters
+    ----------
+    codes : torch.LongTensor [shape=(n_codebooks, frames)]
+        From :func:`codes` (codebook-major).
+
+    Returns
+    -------
+    waveform : torch.Tensor [shape=(channels, samples)]
+        float32, ``samples = frames * 320``; 1 channel (2 in the stereo variants).
+    sample_rate : int
+        24000 Hz.
+    """
     return _audio()[0](codes), int(codec_config().sampling_rate)
 
 
 def decode_candidate(codes):
-    """The port's served waveform for ``codes`` and its reported sample rate."""
+    """The port's served waveform for ``codes`` and its reported sample rate.
+
+    Parameters
+    ----------
+    codes : torch.LongTensor [shape=(n_codebooks, frames)]
+
+    Returns
+    -------
+    waveform : torch.Tensor [shape=(samples,)]
+        float32 through the port's serving glue (:class:`tts_audio.CodecGlue`): mixed down
+        to mono; ``(1, samples)`` in ``audio_shape_contract``; shifted, trimmed or
+        resampled in the ``audio_*`` hop variants.
+    sample_rate : int
+        Hz as the port reports it (22050 in ``audio_sample_rate``, else 24000).
+    """
     return _audio()[1].decode(codes)
 
 
 def decode_candidate_stream(codes, chunk_frames, context_frames):
-    """The port's streaming decode (chunks with left context, same serving glue)."""
+    """The port's streaming decode (chunks with left context, same serving glue).
+
+    Parameters
+    ----------
+    codes : torch.LongTensor [shape=(n_codebooks, frames)]
+    chunk_frames : int
+        Frames decoded per chunk (the spec's ``stream_chunk_frames``, 10).
+    context_frames : int
+        Frames of left context decoded before each chunk and dropped
+        (:func:`stream_context_frames`: 24, 1 in ``audio_stream_context``).
+
+    Returns
+    -------
+    waveform : torch.Tensor [shape=(samples,)]
+        float32, the served stream concatenated.
+    sample_rate : int
+        Hz as the port reports it.
+    """
     return _audio()[1].decode_stream(codes, chunk_frames, context_frames)
 
 
