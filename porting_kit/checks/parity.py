@@ -55,7 +55,8 @@ _MAX_VERIFY = 3
 
 @dataclass
 class PairStat:
-    """An aligned pair with its screened error (sketch estimates, :mod:`porting_kit.probes.capture`).
+    """An aligned pair with its screened error (sketch estimates of
+    :mod:`porting_kit.probes.capture`).
 
     Attributes
     ----------

@@ -81,9 +81,10 @@ def run(ctx: CheckContext) -> list[Finding]:
     Notes
     -----
     The synthesize form calls ``synthesize_candidate(SYNTH_TEXT, SYNTH_SEED)`` three times:
-    after resetting the process RNGs (:func:`~porting_kit.adapters.vllm_omni.engine.seed_process_rngs`)
-    twice, then without a reset; waveforms are equal within ``ATOL`` (1e-6). The caller's
-    RNG state is restored afterwards.
+    after resetting the process RNGs
+    (:func:`~porting_kit.adapters.vllm_omni.engine.seed_process_rngs`) twice, then without a
+    reset; waveforms are equal within ``ATOL`` (1e-6). The caller's RNG state is restored
+    afterwards.
     """
     spec = ctx.spec
     if callable(spec.get("engine_model")):
