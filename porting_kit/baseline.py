@@ -67,7 +67,14 @@ def sha256_file(path: str | Path) -> str:
 
 
 def library_versions() -> dict[str, str]:
-    """Versions of the libraries that shape the audio (missing ones omitted)."""
+    """Versions of the libraries that shape the audio (missing ones omitted).
+
+    Returns
+    -------
+    dict of str to str
+        ``python`` always; ``torch``, ``transformers``, ``numpy``, ``soundfile``, ``librosa``,
+        ``encodec``, ``porting-kit`` when installed (``importlib.metadata`` versions).
+    """
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}

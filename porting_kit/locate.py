@@ -49,6 +49,7 @@ class RotarySite:
 
     @property
     def module_name(self) -> str:
+        """Name of the module holding the table (``"<root>"`` for the model itself)."""
         return self.name.rsplit(".", 1)[0] if "." in self.name else "<root>"
 
 

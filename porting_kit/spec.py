@@ -102,6 +102,7 @@ class Spec:
 
     @property
     def variants(self) -> dict[str, str]:
+        """The spec's ``VARIANTS``: variant name -> one-line description (``{}`` when it has none)."""
         return dict(getattr(self.module, "VARIANTS", {}) or {})
 
     def call(self, attr: str, *args: Any, **kwargs: Any) -> Any:
@@ -259,8 +260,15 @@ def _validate(spec: Spec) -> None:
 
 
 def list_examples() -> list[tuple[str, str]]:
-    """All embedded examples and their variants as ``(name, description)`` rows,
-    variants written ``example:variant``."""
+    """All embedded examples and their variants as ``(name, description)`` rows.
+
+    Returns
+    -------
+    list of (str, str)
+        Per example: ``(name, first line of its module docstring)``, then one
+        ``("name:variant", description)`` row per declared variant. Examples whose module
+        cannot be imported (a missing optional dependency) are left out.
+    """
     rows: list[tuple[str, str]] = []
     for ex_name, mod_path in EMBEDDED.items():
         try:

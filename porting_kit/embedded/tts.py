@@ -124,7 +124,14 @@ def candidate():
 
 
 def inputs() -> dict:
-    """``{"input_ids": LongTensor (1, 64)}``: BOS then seeded random codec tokens."""
+    """The spec's example inputs.
+
+    Returns
+    -------
+    dict
+        ``{"input_ids": torch.LongTensor [shape=(1, 64)]}``: BOS then seeded random codec
+        tokens (the same on every call).
+    """
     from porting_kit.embedded import tts_reference
 
     return {"input_ids": tts_reference.example_input_ids(SEQ_LEN)}
@@ -182,8 +189,17 @@ def _static(constants: dict[str, Any]) -> dict[str, Any]:
 
 
 def reference_config() -> dict[str, Any]:
-    """Static facts of the reference, read from its Qwen3Config the way transformers reads them
-    (``rope_theta`` and the scaling inside ``config.rope_parameters``)."""
+    """Static facts of the reference, read from its Qwen3Config the way transformers reads them.
+
+    Returns
+    -------
+    dict
+        ``rope_theta`` (1e6; from ``config.rope_parameters``), ``rope_type``, ``rope_scaling``
+        (``None`` or the scaling parameters), ``rms_norm_eps`` (1e-6), ``head_dim`` (16),
+        ``partial_rotary_factor`` (1.0), ``rotary_dim``, ``hidden_size``,
+        ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``,
+        ``num_hidden_layers``, ``vocab_size``, ``max_position_embeddings``.
+    """
     cfg = lm_config()
     rope = dict(cfg.rope_parameters)
     rope_type = rope.get("rope_type", "default")
@@ -208,8 +224,15 @@ def reference_config() -> dict[str, Any]:
 
 
 def candidate_config() -> dict[str, Any]:
-    """Static facts of the port: the constants it actually uses for this variant
-    (e.g. ``rope_theta`` 10000.0 in ``rope_theta_default``)."""
+    """Static facts of the port: the constants it actually uses for this variant.
+
+    Returns
+    -------
+    dict
+        The keys of :func:`reference_config`, from
+        :func:`~porting_kit.embedded.tts_port.port_constants` (e.g. ``rope_theta`` 10000.0
+        in ``rope_theta_default``, ``rms_norm_eps`` 1e-5 in ``norm_eps``).
+    """
     from porting_kit.embedded.tts_port import port_constants
 
     return _static(port_constants(lm_config(), port_options()))
@@ -248,7 +271,13 @@ def _audio():
 
 
 def codes():
-    """Codes to decode, ``LongTensor (4, 80)`` codebook-major, seeded."""
+    """Codes to decode (the spec's ``codes``).
+
+    Returns
+    -------
+    torch.LongTensor [shape=(4, 80)]
+        Codebook-major, seeded: 4 codebooks (3 kbps) x 80 frames (1.07 s at 75 frames/s).
+    """
     return _tts_audio.example_codes()
 
 

@@ -305,8 +305,14 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", self.compute_inv_freq(), persistent=False)  # noqa: PK701
 
     def compute_inv_freq(self) -> torch.Tensor:
-        """``1 / base ** (arange(0, rotary_dim, 2) / rotary_dim) / scaling_factor``, float32,
-        computed in :attr:`compute_dtype`."""
+        """The inverse frequencies, computed in :attr:`compute_dtype`.
+
+        Returns
+        -------
+        torch.Tensor [shape=(rotary_dim // 2,), float32]
+            ``1 / base ** (arange(0, rotary_dim, 2) / rotary_dim) / scaling_factor``, radians
+            per position (rounded through ``compute_dtype`` first: the low-precision fault).
+        """
         dt = self.compute_dtype
         exponent = torch.arange(0, self.rotary_dim, 2, dtype=dt) / self.rotary_dim
         inv_freq = 1.0 / (self.base ** exponent)
@@ -436,8 +442,15 @@ class QKVParallelLinear(nn.Linear):
         self.swap_qk_shards = swap_qk_shards
 
     def shard_offsets(self) -> dict[str, tuple[int, int]]:
-        """Shard id -> (row offset, rows). With the ``swap_qk_shards`` fault the loader
-        lays out k before q while :meth:`forward` users still split q, k, v."""
+        """Shard id -> (row offset, rows) of the fused weight.
+
+        Returns
+        -------
+        dict of str to (int, int)
+            ``{"q": (0, q_size), "k": (q_size, kv_size), "v": (q_size + kv_size, kv_size)}``.
+            With the ``swap_qk_shards`` fault the loader lays out k before q while
+            :meth:`forward` users still split q, k, v.
+        """
         q, kv = self.q_size, self.kv_size
         if self.swap_qk_shards:
             return {"k": (0, kv), "q": (kv, q), "v": (q + kv, kv)}

@@ -114,6 +114,7 @@ class Frame:
         self.training = 0
 
     def enclosing_class(self) -> Frame | None:
+        """The nearest class frame at or above this one (``None`` at module level)."""
         f = self
         while f is not None and f.kind != "class":
             f = f.parent
@@ -287,6 +288,13 @@ class Linter:
 
     # ---- traversal -------------------------------------------------------
     def run(self) -> list[LintFinding]:
+        """Traverse the file once and return its findings (unsorted, before ``# noqa``).
+
+        Returns
+        -------
+        list of LintFinding
+            Module-level PK501 seeds and the test-marker checks (PKT1xx) are settled at the end.
+        """
         self.generic(self.tree)
         global_rng.on_scope_exit(self, self.frame)
         if self.marks is not None:

@@ -37,10 +37,17 @@ class LintFinding:
     file_level: bool = False
 
     def format(self) -> str:
-        """``path:line:col: CODE message (fix: ...)``."""
+        """The finding as one output line.
+
+        Returns
+        -------
+        str
+            ``path:line:col: CODE message (fix: ...)``, the flake8 / ruff shape plus the rule's fix.
+        """
         return f"{self.path}:{self.line}:{self.col}: {self.code} {self.message} (fix: {fix_for(self.code)})"
 
     def sort_key(self) -> tuple:
+        """``(path, line, col, code)``: report order."""
         return (self.path, self.line, self.col, self.code)
 
 

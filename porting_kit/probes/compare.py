@@ -54,7 +54,14 @@ class TensorMetrics:
     max_rel_index: list[int] = field(default_factory=list)
 
     def evidence(self) -> dict[str, Any]:
-        """Flat numbers and strings for a finding's evidence (indices as tuples in text)."""
+        """Flat numbers and strings for a finding's evidence.
+
+        Returns
+        -------
+        dict
+            Every field of the dataclass; the index lists become text (``"(0, 3, 17)"``) so the
+            evidence stays flat.
+        """
         return {k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in asdict(self).items()}
 
 

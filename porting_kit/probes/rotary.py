@@ -369,6 +369,7 @@ class Structure:
     rotary_dim: int
 
     def describe(self) -> str:
+        """The structure in words: ``"interleaved over 64 dims through the q/k permutation"``."""
         p = " through the q/k permutation" if self.permuted else ""
         return f"{self.layout} over {self.rotary_dim} dims{p}"
 

@@ -55,6 +55,7 @@ class Tolerance:
 
     @property
     def elementwise(self) -> bool:
+        """True for the elementwise dtypes (fp32 / fp64: ``rel`` is ``None``)."""
         return self.rel is None
 
     def tensor_bound(self, numel: int, ref_norm: float) -> float:
@@ -83,6 +84,13 @@ class Tolerance:
         return self.atol * math.sqrt(max(numel, 1)) + self.rtol * ref_norm
 
     def describe(self) -> str:
+        """The tolerance in words, for messages and evidence.
+
+        Returns
+        -------
+        str
+            ``"float32: |a-b| <= 1e-05 + 1.3e-06*|b|"`` or ``"bfloat16: ||a-b||/||b|| <= 0.02"``.
+        """
         if self.rel is not None:
             return f"{self.dtype}: ||a-b||/||b|| <= {self.rel:g}"
         return f"{self.dtype}: |a-b| <= {self.atol:g} + {self.rtol:g}*|b|"

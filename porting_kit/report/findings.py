@@ -80,6 +80,14 @@ class Finding:
             raise ValueError(f"code {self.code!r} must start with its check prefix {self.check!r}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The finding as JSON data.
+
+        Returns
+        -------
+        dict
+            The seven fields (``where`` as a dict); evidence values made JSON-safe: NaN/Inf as
+            strings, tensors/arrays as lists, other objects as ``str``.
+        """
         d = asdict(self)
         d["evidence"] = {k: _jsonable(v) for k, v in self.evidence.items()}
         return d
@@ -171,10 +179,12 @@ class Report:
 
     @property
     def status(self) -> str:
+        """``"fail"`` iff some finding has status ``fail``, else ``"pass"`` (warn and skip pass)."""
         return "fail" if any(f.status == "fail" for f in self.findings) else "pass"
 
     @property
     def exit_code(self) -> int:
+        """1 (``EXIT_FAULT``) when :attr:`status` is ``"fail"``, else 0 (``EXIT_OK``)."""
         return EXIT_FAULT if self.status == "fail" else EXIT_OK
 
     def codes(self, status: str | None = None) -> list[str]:
@@ -208,6 +218,15 @@ class Report:
         return [f for f in self.findings if f.code == code]
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as the ``porting-kit/report/1`` JSON object (DESIGN.md).
+
+        Returns
+        -------
+        dict
+            ``schema``, ``command``, ``status``, ``first_divergence`` (``None`` or its record,
+            metric values JSON-safe), ``findings`` (:meth:`Finding.to_dict`) and ``timing``
+            (seconds, rounded to 1 us). :attr:`extras` is not serialised.
+        """
         fd = None
         if self.first_divergence is not None:
             fd = {k: (_jsonable(v) if k != "metric" else {mk: _jsonable(mv) for mk, mv in v.items()})

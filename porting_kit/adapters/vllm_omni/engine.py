@@ -350,8 +350,14 @@ class RequestResult:
     sample_rate: int | None = None
 
     def waveform(self):
-        """The served waveform: all chunks concatenated along the last axis
-        (``[shape=(samples,)]`` for a mono model), float32 on CPU."""
+        """The served waveform: all chunks concatenated along the last axis.
+
+        Returns
+        -------
+        torch.Tensor [shape=(samples,)] for a mono model
+            float32 (as served) on the CPU; ``None`` and empty chunks are skipped; chunks of
+            inconsistent shapes are flattened first. Empty float32 tensor when none.
+        """
         import torch
 
         parts = [c.detach().to("cpu") for c in self.chunks if c is not None and c.numel() > 0]
