@@ -102,7 +102,7 @@ class Spec:
 
     @property
     def variants(self) -> dict[str, str]:
-        """The spec's ``VARIANTS``: variant name -> one-line description (``{}`` when it has none)."""
+        """The spec's ``VARIANTS``: name -> one-line description (``{}`` when it has none)."""
         return dict(getattr(self.module, "VARIANTS", {}) or {})
 
     def call(self, attr: str, *args: Any, **kwargs: Any) -> Any:

@@ -55,7 +55,7 @@ class AlignedPair:
 
     @property
     def comparable(self) -> bool:
-        """True when both calls have a sketched output of the same shape (then they are compared)."""
+        """True when both calls have a sketched output of one shape (then they are compared)."""
         r, c = self.reference.out, self.candidate.out
         return r is not None and c is not None and r.shape == c.shape
 
