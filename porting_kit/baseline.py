@@ -266,8 +266,8 @@ def compare(spec_path: str | Path | None, *, example: str | None = None, variant
     example : str, optional
         Embedded example name, optionally ``name:variant``.
     variant : str, optional
-        Planted-fault variant of the spec to compare (the baseline is always the
-        reference's, recorded without a variant).
+        Planted-fault variant of the spec whose candidate is compared with the recorded
+        baseline.
     out_dir : str or Path, default "reference_audio"
         Folder holding ``<name>.wav`` and ``<name>.json``; ``<name>`` is the spec file's
         stem or the example's name.

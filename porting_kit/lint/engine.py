@@ -55,8 +55,8 @@ class Frame:
         Functions whose loops run per step (``forward``, ``forward_*``, ``_forward*``,
         ``*decode*``, ``compute_logits``, and functions nested in a hot one).
     per_request : bool
-        Functions that serve a request: hot ones plus methods named ``sample*``,
-        ``*generate*``, ``*stream*``, ``step``.
+        Functions that serve a request: hot ones plus functions below module level
+        (methods, nested functions) named ``sample*``, ``*generate*``, ``*stream*``, ``step``.
     loops : int
         Loop / comprehension nesting depth at the current node.
     autocast : int
