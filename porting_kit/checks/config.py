@@ -113,8 +113,8 @@ def canonical(d: dict[str, Any], label: str) -> dict[str, tuple[Any, str]]:
     -------
     dict of str to (Any, str)
         Keys of the module table that the config gives, values as declared (``head_dim``
-        and ``rotary_dim`` in dims); the first source in the table's order wins. A per-layer-type ``rope_parameters`` dict
-        (a dict of dicts) contributes its first entry.
+        and ``rotary_dim`` in dims); the first source in the table's order wins. A
+        per-layer-type ``rope_parameters`` dict (a dict of dicts) contributes its first entry.
     """
     out: dict[str, tuple[Any, str]] = {}
     rp, rs = _rope_dict(d, "rope_parameters"), _rope_dict(d, "rope_scaling")

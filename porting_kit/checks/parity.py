@@ -229,8 +229,9 @@ def get_result(ctx: CheckContext) -> ParityResult:
     ParityResult
         The alignment, the screened pairs, the located first divergence (at most three
         flagged blocks are verified with full tensors; sketch false alarms are dropped)
-        with its full-tensor metrics, the output metrics, the NaN origins and per-stage timing in seconds. The tolerance is that
-        of the reference's first parameter's dtype with the spec's ``tolerances``.
+        with its full-tensor metrics, the output metrics, the NaN origins and per-stage
+        timing in seconds. The tolerance is that of the reference's first parameter's
+        dtype with the spec's ``tolerances``.
 
     Raises
     ------
