@@ -42,7 +42,23 @@ SCHEMA = "porting-kit/baseline/1"
 
 
 def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes."""
+    """Hex sha256 of a file's bytes.
+
+    Parameters
+    ----------
+    path : str or Path
+        File to hash; read in 64 KiB blocks.
+
+    Returns
+    -------
+    str
+        64 lowercase hex digits.
+
+    Raises
+    ------
+    OSError
+        The file cannot be opened (callers turn it into :class:`InputError`).
+    """
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 16), b""):
@@ -51,7 +67,14 @@ def sha256_file(path: str | Path) -> str:
 
 
 def library_versions() -> dict[str, str]:
-    """Versions of the libraries that shape the audio (missing ones omitted)."""
+    """Versions of the libraries that shape the audio (missing ones omitted).
+
+    Returns
+    -------
+    dict of str to str
+        ``python`` always; ``torch``, ``transformers``, ``numpy``, ``soundfile``, ``librosa``,
+        ``encodec``, ``porting-kit`` when installed (``importlib.metadata`` versions).
+    """
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}
@@ -128,10 +151,24 @@ def write_clip(path: str | Path, wav, sample_rate: int, sidecar: dict[str, Any],
 def read_sidecar(path: str | Path) -> dict[str, Any]:
     """Read and verify a clip's sidecar: the audio file's sha256 must match.
 
+    Parameters
+    ----------
+    path : str or Path
+        The audio file (``<name>.wav``); the sidecar is ``path.with_suffix(".json")``.
+        The audio file checked is the one the sidecar's ``file`` key names, in the same
+        folder (``path``'s own name when the key is absent).
+
+    Returns
+    -------
+    dict
+        The sidecar's JSON object (keys of the module table: ``sample_rate`` in Hz,
+        ``samples``, ``duration_s`` in seconds, ``inputs``, ``sha256``...).
+
     Raises
     ------
     InputError
-        Missing or unreadable sidecar/audio, or an audio file changed since recording.
+        Missing or unreadable sidecar/audio, a sidecar that is not a JSON object with
+        a ``sha256`` string, or an audio file changed since recording (exit 2).
     """
     side = Path(path).with_suffix(".json")
     if not side.exists():
@@ -217,17 +254,37 @@ def compare(spec_path: str | Path | None, *, example: str | None = None, variant
             out_dir: str | Path = "reference_audio") -> Report:
     """Compare the candidate's served audio with the recorded baseline.
 
+    Decodes the spec's ``codes()`` with ``decode_candidate`` and compares it with
+    ``<out_dir>/<name>.wav`` through :func:`porting_kit.probes.waveform.analyse_waveforms`
+    (``served=True``, fp32 SNR floor ``FP32_MIN_SNR_DB``), with the spec's hop length and
+    ``frames = codes.shape[1]``.
+
+    Parameters
+    ----------
+    spec_path : str or Path or None
+        Port spec; ``None`` for the embedded example (``example``, default ``tts``).
+    example : str, optional
+        Embedded example name, optionally ``name:variant``.
+    variant : str, optional
+        Planted-fault variant of the spec whose candidate is compared with the recorded
+        baseline.
+    out_dir : str or Path, default "reference_audio"
+        Folder holding ``<name>.wav`` and ``<name>.json``; ``<name>`` is the spec file's
+        stem or the example's name.
+
     Returns
     -------
     Report
         Command ``baseline``; ``hop`` / ``channel`` findings (``<prefix>.ok``
-        when clean); exit code 1 on a fault.
+        when clean, with ``snr_db`` in dB as evidence); exit code 1 on a fault.
+        ``report.extras["comparison"]`` holds the waveform comparison; ``timing["total"]``
+        is in seconds.
 
     Raises
     ------
     InputError
-        No baseline, a modified baseline file, or codes that differ from the
-        ones recorded (the spec changed: record again).
+        No audio names in the spec, no baseline, a modified baseline file, or codes
+        that differ from the ones recorded (the spec changed: record again).
     """
     import torch
 

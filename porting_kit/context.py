@@ -48,7 +48,18 @@ class CheckContext:
     progress: Callable[[str], None] = lambda text: None
 
     def torch_dtype(self):
-        """The ``torch.dtype`` for :attr:`dtype`, or ``None``. Raises InputError for an unknown name."""
+        """The ``torch.dtype`` for :attr:`dtype`, or ``None`` when no override was given.
+
+        Returns
+        -------
+        torch.dtype or None
+            ``float32`` / ``fp32``, ``bfloat16`` / ``bf16``, ``float16`` / ``fp16``.
+
+        Raises
+        ------
+        InputError
+            An unknown dtype name (``--dtype``): exit 2.
+        """
         if self.dtype is None:
             return None
         import torch

@@ -12,8 +12,21 @@ from porting_kit.errors import InputError
 
 
 def backup_path(path: Path) -> Path:
-    """The first free backup name for ``path``: ``name.bak``, then ``name.bak.1``, ``.bak.2``...
-    so a second ``--force`` never overwrites the first backup."""
+    """The first free backup name for ``path``.
+
+    Tries ``name.bak``, then ``name.bak.1``, ``name.bak.2``... so a second ``--force``
+    never overwrites the first backup.
+
+    Parameters
+    ----------
+    path : Path
+        The file about to be replaced (need not exist).
+
+    Returns
+    -------
+    Path
+        A sibling of ``path`` that does not exist yet (nothing is created).
+    """
     cand = path.with_name(path.name + ".bak")
     n = 1
     while cand.exists():
@@ -24,12 +37,33 @@ def backup_path(path: Path) -> Path:
 
 def atomic_write(path: Path, write: Callable[[str], None], *, backup: bool = False,
                  suffix: str = ".tmp") -> None:
-    """Write ``path`` atomically: ``write(tmp_path)`` fills a temporary file in the same
-    folder, then ``os.replace`` puts it in place, so a crash never leaves a half-written file.
+    """Write ``path`` atomically.
 
-    With ``backup=True`` an existing file is first copied to a fresh :func:`backup_path`.
-    A new file gets the usual permissions (``0o666`` less the umask); a replaced one keeps
-    its mode. Raises ``OSError`` when the folder cannot be written.
+    ``write(tmp_path)`` fills a temporary file in the same folder, then ``os.replace``
+    puts it in place, so a crash never leaves a half-written file.
+
+    Parameters
+    ----------
+    path : Path
+        Destination; missing parent folders are created.
+    write : callable
+        ``write(tmp: str) -> None`` writes the whole content to the path it is given.
+    backup : bool, default False
+        Copy an existing ``path`` to a fresh :func:`backup_path` first (``--force``).
+    suffix : str, default ".tmp"
+        Suffix of the temporary file; give the real one (``".wav"``) when the writer
+        picks the format from it (soundfile does).
+
+    Raises
+    ------
+    OSError
+        The folder cannot be written (callers turn it into :class:`InputError`).
+
+    Notes
+    -----
+    A new file gets the usual permissions (``0o666`` less the umask); a replaced one
+    keeps its mode. On any exception the temporary file is removed and the exception
+    re-raised; ``path`` is untouched.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,7 +87,22 @@ def atomic_write(path: Path, write: Callable[[str], None], *, backup: bool = Fal
 
 
 def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
-    """:func:`atomic_write` of UTF-8 ``text``."""
+    """:func:`atomic_write` of UTF-8 ``text``.
+
+    Parameters
+    ----------
+    path : Path
+        Destination.
+    text : str
+        The whole content, written as UTF-8 (no newline translation beyond the platform's).
+    backup : bool, default False
+        Keep the replaced file as a ``.bak`` (see :func:`backup_path`).
+
+    Raises
+    ------
+    OSError
+        The folder cannot be written.
+    """
 
     def write(tmp: str) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
@@ -65,12 +114,22 @@ def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
 def check_output_path(path: Path | None, *, inputs: list[Path | str | None] = (), what: str = "--json") -> None:
     """Refuse, before any work, an output path the tool must not or cannot write.
 
+    Parameters
+    ----------
+    path : Path or None
+        The output file (``--json PATH``, ``--out``...); ``None`` accepts at once.
+    inputs : list of (Path or str or None), default ()
+        The command's input files; ``None`` entries are skipped. Compared with
+        ``os.path.samefile``, so a link or another spelling of an input is caught.
+    what : str, default "--json"
+        The option's name, used to start the error message.
+
     Raises
     ------
     InputError
         ``path`` is one of the command's own input files (writing it would destroy
-        the user's file), an existing directory, or lies under a path that exists
-        and is not a directory.
+        the user's file), an existing directory, lies under a path that exists
+        and is not a directory, or its nearest existing folder is not writable.
     """
     if path is None:
         return

@@ -79,8 +79,26 @@ class WeightLoad:
 def row_permutation(ref, cand):
     """``perm`` with ``cand == ref[perm]`` (rows of a 2-D weight reordered), or ``None``.
 
-    Rows are matched by their dot product with a fixed random vector (equal rows give
-    bitwise-equal sums), then the permutation is verified exactly.
+    Parameters
+    ----------
+    ref : torch.Tensor [shape=(out_features, in_features)]
+        The reference module's weight.
+    cand : torch.Tensor [shape=(out_features, in_features)]
+        The candidate parameter that holds the same values.
+
+    Returns
+    -------
+    torch.LongTensor [shape=(out_features,)] or None
+        ``None`` when either is not 2-D, the shapes differ, the two are already equal
+        (identity: nothing to map) or no row permutation makes them equal.
+
+    Notes
+    -----
+    Rows are matched by their float64 dot product with a fixed random vector (seed 0;
+    equal rows give bitwise-equal sums), sorted on both sides, then the permutation is
+    verified exactly with ``torch.equal``. The case it exists for is the q/k row
+    permutation between Meta's interleaved RoPE and HF's rotate-half layout
+    (transformers' ``convert_llama_weights_to_hf.py`` ``permute``).
     """
     import torch
 
@@ -312,8 +330,25 @@ def _to(obj, device, dtype):
 def load_pair(ctx) -> LoadedPair:
     """Build the spec's models, load weights reference -> candidate, move to device/dtype.
 
-    Cached in ``ctx.state['pair']``. Raises InputError when the spec's functions
-    fail or the weights cannot be loaded.
+    Parameters
+    ----------
+    ctx : porting_kit.context.CheckContext
+        Supplies the spec, ``device`` and ``dtype``; the result is cached in
+        ``ctx.state["pair"]`` and returned from there on later calls.
+
+    Returns
+    -------
+    LoadedPair
+        Both models in eval mode on ``ctx.device`` (cast to ``ctx.dtype`` when given),
+        the inputs moved the same way, and the :class:`WeightLoad` accounting.
+
+    Raises
+    ------
+    InputError
+        A spec function fails, ``reference()`` / ``candidate()`` is not an
+        ``nn.Module``, ``inputs()`` is not a dict, the weights cannot be loaded
+        (:func:`load_weights`), an unknown ``--dtype``, or the models cannot be moved to
+        ``--device`` (exit 2).
     """
     if "pair" in ctx.state:
         return ctx.state["pair"]

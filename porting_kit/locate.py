@@ -49,6 +49,7 @@ class RotarySite:
 
     @property
     def module_name(self) -> str:
+        """Name of the module holding the table (``"<root>"`` for the model itself)."""
         return self.name.rsplit(".", 1)[0] if "." in self.name else "<root>"
 
 
@@ -58,11 +59,27 @@ def find_rotary(model) -> list[RotarySite]:
     Looks for (by attribute name, on every submodule): a 1-D floating
     ``inv_freq`` tensor (HF ``*RotaryEmbedding``, vLLM ``RotaryEmbedding``), a
     2-D ``cos_sin_cache`` (vLLM: ``[cos | sin]`` per position), a 2-D complex
-    ``freqs_cis`` (Meta Llama: ``exp(i * position * inv_freq)``).
+    ``freqs_cis`` (Meta Llama: ``exp(i * position * inv_freq)``). One site per
+    module: the first of the three found wins.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Reference or candidate; walked with ``named_modules()``.
 
     Returns
     -------
-    list of RotarySite (empty when the model has none)
+    list of RotarySite
+        Empty when the model has none. ``inv_freq`` of each site is float64 on the CPU
+        [shape=(rotary_dim // 2,)], in radians per position.
+
+    Notes
+    -----
+    For ``cos_sin_cache`` [shape=(max_positions, rotary_dim)] the frequencies are
+    ``atan2(sin, cos)`` of row 1 (position 1); for ``freqs_cis``
+    [shape=(max_positions, rotary_dim // 2), complex] they are ``angle(row 1)``.
+    Both are wrapped to (-pi, pi], so a frequency above pi radians per position would
+    alias (none does in practice: the largest is 1 rad/position, ``base ** 0``).
     """
     import torch
 
@@ -121,7 +138,19 @@ def find_norms(model) -> list[NormSite]:
     A module counts when its class name contains ``RMSNorm`` / ``LayerNorm``
     (any case, ``_`` allowed), or when it has an ``eps`` /
     ``variance_epsilon`` attribute and a 1-D ``weight`` and no children.
-    GroupNorm / BatchNorm (codecs) are not included.
+    GroupNorm / BatchNorm / InstanceNorm (codecs) are not included.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Reference or candidate; walked with ``named_modules()``.
+
+    Returns
+    -------
+    list of NormSite
+        ``dim`` from the 1-D ``weight`` [shape=(hidden,)] or else the last entry of
+        ``normalized_shape``; a module with neither is skipped. ``eps`` is
+        ``variance_epsilon`` when present (HF's RMSNorm name), else ``eps``.
     """
     import torch
 

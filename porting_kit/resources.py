@@ -20,10 +20,23 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def shipped(name: str) -> Path:
-    """The folder ``name`` (one of :data:`SHIPPED_FOLDERS`): the packaged copy first, then the checkout's.
+    """The folder ``name``: the packaged copy first, then the checkout's.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`SHIPPED_FOLDERS` (``"templates"``, ``"notebooks"``, ``"examples"``,
+        ``"reference_audio"``).
+
+    Returns
+    -------
+    Path
+        ``porting_kit/_shipped/<name>`` in a wheel install, else ``<checkout>/<name>``.
 
     Raises
     ------
+    ValueError
+        ``name`` is not a shipped folder (a programming error, not user input).
     InputError
         Neither copy exists (a broken install): exit 2 with the reinstall hint.
     """
@@ -36,12 +49,33 @@ def shipped(name: str) -> Path:
 
 
 def data_file(name: str) -> Path:
-    """A file of ``porting_kit/data/`` (stored schemas generated from the real frameworks)."""
+    """A file of ``porting_kit/data/`` (stored schemas generated from the real frameworks).
+
+    Parameters
+    ----------
+    name : str
+        File name inside ``porting_kit/data/`` (e.g. the vLLM-Omni 0.30.0 deploy schema).
+
+    Returns
+    -------
+    Path
+        The path; its existence is not checked.
+    """
     return _PACKAGE / "data" / name
 
 
 def is_inside_package(path: str | Path) -> bool:
-    """True when ``path`` lies inside the installed package (where no command may write)."""
+    """True when ``path`` lies inside the installed package (where no command may write).
+
+    Parameters
+    ----------
+    path : str or Path
+        Any path; resolved (links followed) before the comparison.
+
+    Returns
+    -------
+    bool
+    """
     try:
         Path(path).resolve().relative_to(_PACKAGE)
     except ValueError:

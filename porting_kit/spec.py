@@ -65,10 +65,34 @@ class Spec:
     variant: str | None = None
 
     def get(self, attr: str, default: Any = None) -> Any:
-        """The spec's optional name ``attr``, or ``default`` when it does not define it."""
+        """The spec's optional name ``attr``, or ``default`` when it does not define it.
+
+        Parameters
+        ----------
+        attr : str
+            A module-level name of the spec (``"module_map"``, ``"hop_length"``, ``"SEED"``...).
+        default : Any, default None
+            Returned when the spec module has no attribute ``attr``.
+
+        Returns
+        -------
+        Any
+            The attribute itself (a function is returned, not called: see :meth:`call`).
+        """
         return getattr(self.module, attr, default)
 
     def has(self, attr: str) -> bool:
+        """True when the spec module defines ``attr`` (callable or not).
+
+        Parameters
+        ----------
+        attr : str
+            A module-level name of the spec.
+
+        Returns
+        -------
+        bool
+        """
         return hasattr(self.module, attr)
 
     @property
@@ -78,11 +102,31 @@ class Spec:
 
     @property
     def variants(self) -> dict[str, str]:
+        """The spec's ``VARIANTS``: name -> one-line description (``{}`` when it has none)."""
         return dict(getattr(self.module, "VARIANTS", {}) or {})
 
     def call(self, attr: str, *args: Any, **kwargs: Any) -> Any:
-        """Call the spec function ``attr``; an exception inside it becomes :class:`InputError`
-        naming the spec and the function (the tool could not run)."""
+        """Call the spec function ``attr`` with ``args`` / ``kwargs``.
+
+        Parameters
+        ----------
+        attr : str
+            Name of a spec function (``"reference"``, ``"inputs"``, ``"decode_candidate"``...).
+        *args, **kwargs
+            Passed through unchanged.
+
+        Returns
+        -------
+        Any
+            Whatever the spec function returns.
+
+        Raises
+        ------
+        InputError
+            ``attr`` is missing or not callable, or the function raised (any ``Exception``
+            or ``SystemExit``; an ``InputError`` raised inside passes through unchanged).
+            The message names the spec and the function: the tool could not run, exit 2.
+        """
         fn: Callable[..., Any] | None = getattr(self.module, attr, None)
         if not callable(fn):
             raise InputError(f"{self.name}: spec does not define {attr}()")
@@ -228,8 +272,15 @@ def _validate(spec: Spec) -> None:
 
 
 def list_examples() -> list[tuple[str, str]]:
-    """All embedded examples and their variants as ``(name, description)`` rows,
-    variants written ``example:variant``."""
+    """All embedded examples and their variants as ``(name, description)`` rows.
+
+    Returns
+    -------
+    list of (str, str)
+        Per example: ``(name, first line of its module docstring)``, then one
+        ``("name:variant", description)`` row per declared variant. Examples whose module
+        cannot be imported (a missing optional dependency) are left out.
+    """
     rows: list[tuple[str, str]] = []
     for ex_name, mod_path in EMBEDDED.items():
         try:

@@ -60,7 +60,19 @@ def import_encodec():
 
 
 def meta_name_to_hf(name: str) -> str:
-    """The transformers state-dict name of a Meta EnCodec state-dict name."""
+    """The transformers state-dict name of a Meta EnCodec state-dict name.
+
+    Parameters
+    ----------
+    name : str
+        E.g. ``decoder.model.0.conv.conv.weight_g``.
+
+    Returns
+    -------
+    str
+        E.g. ``decoder.layers.0.conv.parametrizations.weight.original0``: every rename of
+        the module table applied in order (unmatched parts unchanged).
+    """
     for pattern, repl in _META_TO_HF:
         name = pattern.sub(repl, name)
     return name
@@ -72,6 +84,19 @@ def convert_hf_to_meta(hf_state_dict: dict[str, Any], meta_model) -> dict[str, A
     Every name of ``meta_model.state_dict()`` is mapped forward with
     :func:`meta_name_to_hf` and looked up in ``hf_state_dict`` (the inverse of
     the conversion script, without guessing which layers are transposed convs).
+
+    Parameters
+    ----------
+    hf_state_dict : dict of str to torch.Tensor
+        ``EncodecModel.state_dict()`` (the reference's codec).
+    meta_model : encodec.EncodecModel
+        From :func:`build_meta_encodec`; only its state-dict names and shapes are read.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        Meta name -> the HF tensor itself (not copied), one entry per Meta tensor; HF
+        tensors with no Meta counterpart are left out.
 
     Raises
     ------
@@ -194,8 +219,20 @@ def build_hf_encodec(config_kwargs: dict[str, Any], seed: int = 0):
 def hop_length_of(config) -> int:
     """Hop length in samples: the product of the codec's upsampling ratios.
 
-    Accepts a transformers ``EncodecConfig`` (``upsampling_ratios``), a Meta
-    SEANet module (``ratios``) or a dict with either key.
+    Parameters
+    ----------
+    config : transformers.EncodecConfig or SEANet module or dict
+        Read for ``upsampling_ratios`` (transformers) or ``ratios`` (Meta SEANet).
+
+    Returns
+    -------
+    int
+        Samples per code frame (320 for ``[8, 5, 4, 2]``).
+
+    Raises
+    ------
+    ValueError
+        Neither key is present or it is empty.
     """
     get = config.get if isinstance(config, dict) else (lambda k, d=None: getattr(config, k, d))
     ratios = get("upsampling_ratios") or get("ratios")

@@ -31,9 +31,15 @@ class _Stub(types.ModuleType):
 
 
 def ensure_importable() -> bool:
-    """Make ``import torchaudio`` safe; returns True when the stub was installed.
+    """Make ``import torchaudio`` safe.
 
     Idempotent and cheap after the first call. Never raises.
+
+    Returns
+    -------
+    bool
+        True when the stub was installed (on this call or an earlier one); False when
+        torchaudio imports, is not installed, or was already imported before the first call.
     """
     if _STATE["checked"]:
         return _STATE["stubbed"]

@@ -54,8 +54,21 @@ _HINT = {
 
 
 def as_dict(cfg: Any) -> dict[str, Any] | None:
-    """A config as a plain dict: dicts as they are, HF configs via ``to_dict()``,
-    dataclasses (Meta ``ModelArgs``) via ``asdict``, other objects via ``vars``."""
+    """A config as a plain dict.
+
+    Parameters
+    ----------
+    cfg : Any
+        A dict (copied), an HF ``PretrainedConfig`` (``to_dict()``, plus ``head_dim``,
+        ``rope_theta``, ``rope_parameters``, ``rope_scaling`` read as attributes when
+        ``to_dict`` drops them), a dataclass (Meta ``ModelArgs``: ``asdict``), any object
+        with ``__dict__`` (public attributes), or ``None``.
+
+    Returns
+    -------
+    dict or None
+        ``None`` for ``None`` and objects with none of the above.
+    """
     if cfg is None:
         return None
     if isinstance(cfg, dict):
@@ -89,7 +102,19 @@ def _rope_dict(d: dict[str, Any], key: str) -> dict[str, Any] | None:
 def canonical(d: dict[str, Any], label: str) -> dict[str, tuple[Any, str]]:
     """Canonical key -> (value, where it came from), for one side's config dict.
 
-    ``label`` prefixes the source (``reference_config()``, ``model.config``).
+    Parameters
+    ----------
+    d : dict
+        From :func:`as_dict`.
+    label : str
+        Prefixes the source (``reference_config()``, ``reference.config``).
+
+    Returns
+    -------
+    dict of str to (Any, str)
+        Keys of the module table that the config gives, values as declared (``head_dim``
+        and ``rotary_dim`` in dims); the first source in the table's order wins. A
+        per-layer-type ``rope_parameters`` dict (a dict of dicts) contributes its first entry.
     """
     out: dict[str, tuple[Any, str]] = {}
     rp, rs = _rope_dict(d, "rope_parameters"), _rope_dict(d, "rope_scaling")
@@ -173,7 +198,27 @@ def _side_config(ctx: CheckContext, side: str) -> tuple[dict | None, str]:
 
 
 def run(ctx: CheckContext) -> list[Finding]:
-    """Compare rope theta / scaling / eps / head_dim / rotary_dim. No forward runs."""
+    """Compare rope theta / scaling / eps / head_dim / rotary_dim. No forward runs.
+
+    Parameters
+    ----------
+    ctx : CheckContext
+        Configs come from the spec's ``reference_config()`` / ``candidate_config()``, else
+        the loaded models' ``.config`` / ``.params`` / ``.args`` (or a submodule's HF
+        config).
+
+    Returns
+    -------
+    list of Finding
+        One ``config.mismatch`` (``fail``) per disagreeing key (numbers equal within a
+        relative 1e-9; ``rope_type`` ``None`` counts as ``"default"``), else ``config.ok``;
+        ``config.skipped`` when a side has no config or the two share no key.
+
+    Raises
+    ------
+    InputError
+        ``<side>_config()`` raises or returns something that is not dict-like.
+    """
     ref, ref_label = _side_config(ctx, "reference")
     cand, cand_label = _side_config(ctx, "candidate")
     if ref is None or cand is None:

@@ -33,7 +33,26 @@ PREFIX = "lifecycle"
 
 
 def run(ctx: CheckContext) -> list[Finding]:
-    """Run the lifecycle checks on the spec's ``engine_model()``."""
+    """Run the lifecycle checks on the spec's ``engine_model()``.
+
+    Parameters
+    ----------
+    ctx : CheckContext
+        The engine suite is shared with the rng family
+        (:func:`porting_kit.probes.engine_suite.get_suite`).
+
+    Returns
+    -------
+    list of Finding
+        The ``lifecycle.*`` findings; when none fails, ``lifecycle.ok`` first (followed by
+        any warnings). The ``channel.shape_contract`` findings on the served chunks are
+        appended last. One ``lifecycle.skipped`` without ``engine_model()``.
+
+    Raises
+    ------
+    InputError
+        ``engine_model()`` fails or the model raises while driven.
+    """
     if not callable(ctx.spec.get("engine_model")):
         return [skip(PREFIX, "the lifecycle contract needs engine_model() (a generator-style model); "
                              "this spec does not define it")]

@@ -83,7 +83,26 @@ def _g(x: float) -> float:
 
 
 def run(ctx: CheckContext) -> list[Finding]:
-    """The norm family: see the module docstring. Returns the findings (one per code)."""
+    """The norm family: see the module docstring.
+
+    Parameters
+    ----------
+    ctx : CheckContext
+        Needs the parity trio; each side's forward runs once more with norm calls
+        recorded. Writes ``ctx.extras["norm_pairs"]``.
+
+    Returns
+    -------
+    list of Finding
+        One per ``norm.*`` code found (``fail``; evidence gains ``first_divergence`` when
+        parity located one), else one ``norm.ok``; one ``norm.skipped`` when there is no
+        parity trio, no norm module, or no reference norm ran.
+
+    Raises
+    ------
+    InputError
+        The pair cannot be loaded or a forward raises.
+    """
     if not ctx.spec.has_parity:
         return [skip(P, "the spec has no reference()/candidate()/inputs(): nothing to probe")]
     from porting_kit.load import load_pair

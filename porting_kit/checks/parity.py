@@ -17,7 +17,27 @@ from porting_kit.report.findings import Finding, Where, ok, skip
 
 
 def run(ctx: CheckContext) -> list[Finding]:
-    """The parity family: unmapped weights, NaN origin, first divergence, or ``parity.ok``."""
+    """The parity family: unmapped weights, NaN origin, first divergence, or ``parity.ok``.
+
+    Parameters
+    ----------
+    ctx : CheckContext
+        Sets ``ctx.first_divergence`` (the report's record) and ``ctx.extras["alignment"]``
+        / ``ctx.extras["parity"]`` for the notebooks.
+
+    Returns
+    -------
+    list of Finding
+        ``parity.unmapped_weights``, ``parity.nan_origin`` (per side) and
+        ``parity.first_divergence`` as they apply (all ``fail``), else one ``parity.ok``
+        with the output's max |diff| and relative error; one ``parity.skipped`` when the
+        spec has no parity trio.
+
+    Raises
+    ------
+    InputError
+        As :func:`get_result`.
+    """
     if not ctx.spec.has_parity:
         return [skip("parity", f"{ctx.spec.name} defines no reference()/candidate()/inputs(); "
                                "layer parity skipped")]

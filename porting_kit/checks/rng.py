@@ -57,7 +57,35 @@ HINT_GLOBAL = ("Draw from a per-request torch.Generator (torch.multinomial(..., 
 # ----------------------------------------------------------------------------
 
 def run(ctx: CheckContext) -> list[Finding]:
-    """Run the RNG-isolation checks on ``engine_model()`` or ``synthesize_candidate()``."""
+    """Run the RNG-isolation checks on ``engine_model()`` or ``synthesize_candidate()``.
+
+    Parameters
+    ----------
+    ctx : CheckContext
+        ``engine_model()`` wins when both are defined; the engine suite is shared with
+        the lifecycle family (:func:`porting_kit.probes.engine_suite.get_suite`).
+
+    Returns
+    -------
+    list of Finding
+        The ``rng.*`` faults found, else one ``rng.ok``; one ``rng.skipped`` when the spec
+        defines neither. ``rng.nondeterministic`` on ``synthesize_candidate`` is ``warn``
+        when ``synthesize_reference`` is not deterministic either.
+
+    Raises
+    ------
+    InputError
+        ``engine_model()`` fails or the model raises while driven; ``synthesize_*``
+        raises or does not return ``(waveform, sample_rate)``.
+
+    Notes
+    -----
+    The synthesize form calls ``synthesize_candidate(SYNTH_TEXT, SYNTH_SEED)`` three times:
+    after resetting the process RNGs
+    (:func:`~porting_kit.adapters.vllm_omni.engine.seed_process_rngs`) twice, then without a
+    reset; waveforms are equal within ``ATOL`` (1e-6). The caller's RNG state is restored
+    afterwards.
+    """
     spec = ctx.spec
     if callable(spec.get("engine_model")):
         findings = _engine_findings(get_suite(ctx))

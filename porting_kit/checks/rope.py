@@ -107,7 +107,29 @@ _HINTS = {
 
 @dataclass
 class Probe:
-    """What the behavioural probe captured (layer 0 attention)."""
+    """What the behavioural probe captured (the first attention call of each side).
+
+    Attributes
+    ----------
+    q_pre, k_pre : torch.Tensor [shape=(batch, heads, seq, head_dim), float64]
+        The reference's pre-rotary q / k (its rotation undone with its own cos/sin), in
+        the reference's dim order; k brought to the candidate's head count.
+    q_post, k_post : torch.Tensor [shape=(batch, heads, seq, head_dim), float64]
+        The candidate's post-rotary q / k as fed to its attention kernel.
+    theta_ref : torch.Tensor [shape=(seq, rotary_dim_ref // 2)]
+        The reference's rotation angles in radians (batch row 0).
+    scale_ref : float
+        The reference's attention scaling (magnitude of cos/sin; 1 for plain RoPE).
+    positions : torch.Tensor [shape=(seq,), float64]
+        Positions of the reference's rotary call (``arange(seq)`` when not passed).
+    head_dim : int
+    rotary_dim_ref : int
+        Dims the reference rotates (last axis of its cos/sin).
+    dtype : str
+        dtype of the candidate's q (picks the tolerances).
+    ref_site, cand_site : str
+        Innermost module running at each side's attention call.
+    """
 
     q_pre: Any = field(repr=False)
     k_pre: Any = field(repr=False)
@@ -136,7 +158,25 @@ def _nice(x: float) -> str:
 
 
 def run(ctx: CheckContext) -> list[Finding]:
-    """The rope family: see the module docstring. Returns one finding."""
+    """The rope family: see the module docstring.
+
+    Parameters
+    ----------
+    ctx : CheckContext
+        Needs the parity trio; reads ``ctx.first_divergence`` (when parity ran first) and
+        writes ``ctx.extras["rope_sites"]`` / ``ctx.extras["rope_probe"]``.
+
+    Returns
+    -------
+    list of Finding
+        Exactly one: a ``rope.*`` fault code (``fail``), ``rope.ok``, or
+        ``rope.skipped`` (no parity trio, or no rotary table on either side).
+
+    Raises
+    ------
+    InputError
+        The pair cannot be loaded or a forward raises (:func:`porting_kit.load.run_side`).
+    """
     if not ctx.spec.has_parity:
         return [skip(P, "the spec has no reference()/candidate()/inputs(): nothing to probe")]
     from porting_kit.load import load_pair

@@ -36,7 +36,14 @@ VARIANT = None
 
 
 def engine_model():
-    """The generator-style model, with the planted fault of :data:`VARIANT` (if any)."""
+    """The generator-style model, with the planted fault of :data:`VARIANT` (if any).
+
+    Returns
+    -------
+    porting_kit.embedded.generator_model.GeneratorTTSNoFinishHook
+        A fresh, seeded model on the CPU (``GeneratorTTS`` except for the
+        ``no_on_requests_finished`` variant); the engine driver calls this once per scenario.
+    """
     from porting_kit.embedded.generator_model import build_model  # torch only when used
 
     return build_model(VARIANT)

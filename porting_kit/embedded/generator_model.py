@@ -65,7 +65,19 @@ FAULTS = {
 
 class OmniOutput(NamedTuple):
     """Same fields as vLLM-Omni's ``model_executor/models/output_templates.py: OmniOutput``
-    (defined here so the example runs without vLLM-Omni installed)."""
+    (defined here so the example runs without vLLM-Omni installed).
+
+    Attributes
+    ----------
+    text_hidden_states : torch.Tensor [shape=(tokens, HIDDEN)]
+        What ``compute_logits`` reads (zeros here).
+    multimodal_outputs : dict or None, default None
+        ``{"model_outputs": [chunk per row], "sr": [tensor(24000) per row]}``.
+    intermediate_tensors : Any, default None
+        Unused (pipeline parallelism).
+    next_token_id : torch.Tensor or None, default None
+        Unused.
+    """
 
     text_hidden_states: torch.Tensor
     multimodal_outputs: dict | None = None
@@ -104,10 +116,37 @@ class TinyCodecLM(nn.Module):
         self.head = nn.Linear(HIDDEN, CODEBOOK)
 
     def init_state(self, text: str) -> torch.Tensor:
+        """Initial GRU state of a request: the mean byte embedding of its text.
+
+        Parameters
+        ----------
+        text : str
+            UTF-8 bytes are the token ids (an empty text uses byte 0).
+
+        Returns
+        -------
+        torch.Tensor [shape=(1, HIDDEN)]
+        """
         ids = torch.tensor(list(text.encode("utf-8")) or [0], dtype=torch.long)
         return self.text_emb(ids).mean(dim=0, keepdim=True)
 
     def step(self, h: torch.Tensor, prev_code: int, bias: torch.Tensor):
+        """One AR step: the next code's logits and the new state.
+
+        Parameters
+        ----------
+        h : torch.Tensor [shape=(1, HIDDEN)]
+            GRU state.
+        prev_code : int
+            Previous code in ``[0, CODEBOOK]`` (``CODEBOOK`` = BOS).
+        bias : torch.Tensor [shape=(CODEBOOK,)]
+            Added to the logits (the text's pitch register).
+
+        Returns
+        -------
+        logits : torch.Tensor [shape=(CODEBOOK,)]
+        h : torch.Tensor [shape=(1, HIDDEN)]
+        """
         h = self.cell(self.code_emb(torch.tensor([prev_code])), h)
         return self.head(h)[0] + bias, h
 
@@ -126,6 +165,22 @@ class TinySineCodec(nn.Module):
         self.texture = nn.Embedding(CODEBOOK, 2 * HOP)
 
     def decode(self, codes: torch.Tensor, phase: float):
+        """Codes -> stereo audio, carrying the oscillator phase across calls.
+
+        Parameters
+        ----------
+        codes : torch.LongTensor [shape=(frames,)]
+            Each code ``k`` is a tone of ``110 * 2**(k / 8)`` Hz for one frame of ``HOP`` samples.
+        phase : float
+            Radians, where the previous chunk's oscillator stopped (0.0 for the first chunk).
+
+        Returns
+        -------
+        audio : torch.Tensor [shape=(2, frames * HOP), float32]
+            Left gain 0.30, right 0.24 with a 0.3 rad phase lead, plus a +-0.02 learned texture.
+        phase : float
+            Radians in ``[0, 2 pi)`` for the next chunk.
+        """
         t = torch.arange(HOP, dtype=torch.float32)
         frames = []
         for k in codes.tolist():
@@ -140,13 +195,22 @@ class TinySineCodec(nn.Module):
 
 
 class GeneratorTTSNoFinishHook(nn.Module):
-    """The generator-style model without ``on_requests_finished`` (the
-    ``no_on_requests_finished`` fault); :class:`GeneratorTTS` adds the hook.
+    """The generator-style model without ``on_requests_finished``.
+
+    This class is the ``no_on_requests_finished`` fault; :class:`GeneratorTTS` adds the
+    hook.
 
     Parameters
     ----------
-    fault : str or None
+    fault : str or None, default None
         A key of :data:`FAULTS`, or ``None`` for the clean model.
+    weight_seed : int, default 0
+        Seed of the random weights (drawn in a forked RNG: the process RNG is untouched).
+
+    Raises
+    ------
+    ValueError
+        ``fault`` is not a key of :data:`FAULTS`.
     """
 
     requires_raw_input_tokens = True
@@ -182,6 +246,18 @@ class GeneratorTTSNoFinishHook(nn.Module):
         return str(gid) if gid is not None else f"anonymous-{id(info)}"
 
     def get_dummy_runtime_additional_information(self, num_reqs: int) -> list[dict]:
+        """Rows for the generation runner's dummy run, flagged ``_is_dummy``.
+
+        Parameters
+        ----------
+        num_reqs : int
+            Number of dummy rows.
+
+        Returns
+        -------
+        list of dict
+            ``num_reqs`` references to one ``{"text": "hello", "_is_dummy": True}`` dict.
+        """
         return [{"text": "hello", "_is_dummy": True}] * num_reqs
 
     def _create_stream_gen(self, info: dict):
@@ -236,9 +312,31 @@ class GeneratorTTSNoFinishHook(nn.Module):
     def forward(self, input_ids: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                 intermediate_tensors: Any = None, inputs_embeds: torch.Tensor | None = None,
                 runtime_additional_information: list[dict] | None = None, **kwargs: Any) -> OmniOutput:
-        """One engine step: one chunk per row. Returns ``OmniOutput`` with
-        ``text_hidden_states [shape=(tokens, HIDDEN)]`` and ``multimodal_outputs =
-        {"model_outputs": [chunk per row], "sr": [tensor(SAMPLE_RATE) per row]}``."""
+        """One engine step: one audio chunk per row.
+
+        Parameters
+        ----------
+        input_ids : torch.LongTensor [shape=(tokens,)], optional
+            Only its length is used (rows of ``text_hidden_states``).
+        positions : torch.LongTensor [shape=(tokens,)], optional
+            Unused.
+        intermediate_tensors, inputs_embeds : optional
+            Unused (vLLM signature).
+        runtime_additional_information : list of dict, optional
+            One dict per batch row (``global_request_id``, ``text``, ``seed``,
+            ``audio_temperature``, ``audio_top_k``; values as one-element lists). Empty or all
+            ``_is_dummy``: the profile / dummy call, every row finishes at once.
+        **kwargs
+            ``model_intermediate_buffer`` and other engine keywords; ignored.
+
+        Returns
+        -------
+        OmniOutput
+            ``text_hidden_states`` [shape=(tokens, HIDDEN)] zeros and ``multimodal_outputs =
+            {"model_outputs": [chunk per row], "sr": [tensor(24000) per row]}``; a chunk is
+            [shape=(FRAMES_PER_CHUNK * HOP,)] = 960 samples (40 ms) of mono float32, empty for a
+            dummy row or an exhausted stream.
+        """
         sr = torch.tensor(SAMPLE_RATE, dtype=torch.int32)
         empty = torch.zeros((0,), dtype=torch.float32)
         n_tok = 1 if input_ids is None else max(1, int(input_ids.shape[0]))
@@ -285,9 +383,22 @@ class GeneratorTTSNoFinishHook(nn.Module):
 
     def compute_logits(self, hidden_states: torch.Tensor | OmniOutput,
                        sampling_metadata: Any = None) -> torch.Tensor:
-        """``[shape=(rows, VOCAB)]`` logits: EOS-dominant on rows whose last chunk was
-        yielded by the latest ``forward``, a non-EOS token elsewhere; rows beyond
-        the latest batch count as finished."""
+        """Forced logits: EOS on rows whose last chunk was just yielded.
+
+        Parameters
+        ----------
+        hidden_states : torch.Tensor [shape=(rows, HIDDEN)] or OmniOutput
+            Only the number of rows is used.
+        sampling_metadata : Any, optional
+            Unused (vLLM signature).
+
+        Returns
+        -------
+        torch.Tensor [shape=(rows, VOCAB)]
+            ``1e6`` at EOS (token 2) on rows flagged finished by the latest ``forward``, else
+            ``-1e9`` at EOS and ``1e6`` at token 1; rows beyond the latest batch count as
+            finished.
+        """
         if isinstance(hidden_states, OmniOutput):
             hidden_states = hidden_states.text_hidden_states
         rows = int(hidden_states.shape[0]) if hidden_states.ndim >= 1 else 1
@@ -302,7 +413,18 @@ class GeneratorTTSNoFinishHook(nn.Module):
         return logits
 
     def load_weights(self, weights) -> set[str]:
-        """Weights are seeded in ``__init__``; drain the iterator (vLLM convention)."""
+        """Weights are seeded in ``__init__``; drain the iterator (vLLM convention).
+
+        Parameters
+        ----------
+        weights : iterable of (str, torch.Tensor)
+            Consumed and ignored.
+
+        Returns
+        -------
+        set of str
+            Every parameter name (reported as loaded, as vLLM's loaders do).
+        """
         for _ in weights:
             pass
         return {name for name, _ in self.named_parameters()}
@@ -312,7 +434,14 @@ class GeneratorTTS(GeneratorTTSNoFinishHook):
     """The generator-style model with ``on_requests_finished`` (the normal case)."""
 
     def on_requests_finished(self, finished_req_ids) -> None:
-        """Close the generators of finished / aborted requests (runs their cleanup)."""
+        """Close the generators of finished / aborted requests (runs their cleanup).
+
+        Parameters
+        ----------
+        finished_req_ids : iterable of str
+            Request ids as the engine passes them (plain ``global_request_id`` strings); an id
+            with no live generator is ignored.
+        """
         for req_id in finished_req_ids:
             gen = self._stream_gens.pop(str(req_id), None)
             if gen is not None:
@@ -320,7 +449,23 @@ class GeneratorTTS(GeneratorTTSNoFinishHook):
 
 
 def build_model(fault: str | None = None) -> GeneratorTTSNoFinishHook:
-    """The example model with ``fault`` planted (``None``: clean)."""
+    """The example model with ``fault`` planted.
+
+    Parameters
+    ----------
+    fault : str or None, default None
+        A key of :data:`FAULTS`; ``None`` is the clean model.
+
+    Returns
+    -------
+    GeneratorTTSNoFinishHook
+        A :class:`GeneratorTTS`, except for ``no_on_requests_finished``.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``fault``.
+    """
     if fault == "no_on_requests_finished":
         return GeneratorTTSNoFinishHook(fault)
     return GeneratorTTS(fault)

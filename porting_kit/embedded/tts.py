@@ -124,20 +124,55 @@ def candidate():
 
 
 def inputs() -> dict:
-    """``{"input_ids": LongTensor (1, 64)}``: BOS then seeded random codec tokens."""
+    """The spec's example inputs.
+
+    Returns
+    -------
+    dict
+        ``{"input_ids": torch.LongTensor [shape=(1, 64)]}``: BOS then seeded random codec
+        tokens (the same on every call).
+    """
     from porting_kit.embedded import tts_reference
 
     return {"input_ids": tts_reference.example_input_ids(SEQ_LEN)}
 
 
 def run_reference(model, inputs):
-    """LM logits of the reference, (batch, T, vocab_size) float."""
+    """LM logits of the reference (the spec's ``run_reference``).
+
+    Parameters
+    ----------
+    model : TinyTTSReference
+        From :func:`reference`, on the check's device.
+    inputs : dict
+        :func:`inputs`: ``input_ids`` [shape=(batch, seq), int64].
+
+    Returns
+    -------
+    torch.Tensor [shape=(batch, seq, vocab_size)]
+        Float logits (``vocab_size`` 1028).
+    """
     return model(inputs["input_ids"])
 
 
 def run_candidate(model, inputs):
-    """LM logits of the port: positions ``0..T-1`` built from input_ids (as the engine does),
-    ``forward`` then ``compute_logits``; (batch, T, vocab_size) float."""
+    """LM logits of the port (the spec's ``run_candidate``).
+
+    Positions ``0..seq-1`` are built from ``input_ids`` (as the engine does), then
+    ``forward`` then ``compute_logits``.
+
+    Parameters
+    ----------
+    model : TinyTTSPort
+        From :func:`candidate`, weights loaded.
+    inputs : dict
+        :func:`inputs`: ``input_ids`` [shape=(batch, seq), int64].
+
+    Returns
+    -------
+    torch.Tensor [shape=(batch, seq, vocab_size)]
+        Float logits.
+    """
     import torch
 
     input_ids = inputs["input_ids"]
@@ -154,8 +189,17 @@ def _static(constants: dict[str, Any]) -> dict[str, Any]:
 
 
 def reference_config() -> dict[str, Any]:
-    """Static facts of the reference, read from its Qwen3Config the way transformers reads them
-    (``rope_theta`` and the scaling inside ``config.rope_parameters``)."""
+    """Static facts of the reference, read from its Qwen3Config the way transformers reads them.
+
+    Returns
+    -------
+    dict
+        ``rope_theta`` (1e6; from ``config.rope_parameters``), ``rope_type``, ``rope_scaling``
+        (``None`` or the scaling parameters), ``rms_norm_eps`` (1e-6), ``head_dim`` (16),
+        ``partial_rotary_factor`` (1.0), ``rotary_dim``, ``hidden_size``,
+        ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``,
+        ``num_hidden_layers``, ``vocab_size``, ``max_position_embeddings``.
+    """
     cfg = lm_config()
     rope = dict(cfg.rope_parameters)
     rope_type = rope.get("rope_type", "default")
@@ -180,8 +224,15 @@ def reference_config() -> dict[str, Any]:
 
 
 def candidate_config() -> dict[str, Any]:
-    """Static facts of the port: the constants it actually uses for this variant
-    (e.g. ``rope_theta`` 10000.0 in ``rope_theta_default``)."""
+    """Static facts of the port: the constants it actually uses for this variant.
+
+    Returns
+    -------
+    dict
+        The keys of :func:`reference_config`, from
+        :func:`~porting_kit.embedded.tts_port.port_constants` (e.g. ``rope_theta`` 10000.0
+        in ``rope_theta_default``, ``rms_norm_eps`` 1e-5 in ``norm_eps``).
+    """
     from porting_kit.embedded.tts_port import port_constants
 
     return _static(port_constants(lm_config(), port_options()))
@@ -220,22 +271,72 @@ def _audio():
 
 
 def codes():
-    """Codes to decode, ``LongTensor (4, 80)`` codebook-major, seeded."""
+    """Codes to decode (the spec's ``codes``).
+
+    Returns
+    -------
+    torch.LongTensor [shape=(4, 80)]
+        Codebook-major, seeded: 4 codebooks (3 kbps) x 80 frames (1.07 s at 75 frames/s).
+    """
     return _tts_audio.example_codes()
 
 
 def decode_reference(codes):
-    """Reference ``EncodecModel`` decode: ``(channels, samples)`` float32 at 24 kHz."""
+    """Reference ``EncodecModel`` decode of ``codes`` (the spec's ``decode_reference``).
+
+    Parameters
+    ----------
+    codes : torch.LongTensor [shape=(n_codebooks, frames)]
+        From :func:`codes` (codebook-major).
+
+    Returns
+    -------
+    waveform : torch.Tensor [shape=(channels, samples)]
+        float32, ``samples = frames * 320``; 1 channel (2 in the stereo variants).
+    sample_rate : int
+        24000 Hz.
+    """
     return _audio()[0](codes), int(codec_config().sampling_rate)
 
 
 def decode_candidate(codes):
-    """The port's served waveform for ``codes`` and its reported sample rate."""
+    """The port's served waveform for ``codes`` and its reported sample rate.
+
+    Parameters
+    ----------
+    codes : torch.LongTensor [shape=(n_codebooks, frames)]
+
+    Returns
+    -------
+    waveform : torch.Tensor [shape=(samples,)]
+        float32 through the port's serving glue (:class:`tts_audio.CodecGlue`): mixed down
+        to mono; ``(1, samples)`` in ``audio_shape_contract``; shifted, trimmed or
+        resampled in the ``audio_*`` hop variants.
+    sample_rate : int
+        Hz as the port reports it (22050 in ``audio_sample_rate``, else 24000).
+    """
     return _audio()[1].decode(codes)
 
 
 def decode_candidate_stream(codes, chunk_frames, context_frames):
-    """The port's streaming decode (chunks with left context, same serving glue)."""
+    """The port's streaming decode (chunks with left context, same serving glue).
+
+    Parameters
+    ----------
+    codes : torch.LongTensor [shape=(n_codebooks, frames)]
+    chunk_frames : int
+        Frames decoded per chunk (the spec's ``stream_chunk_frames``, 10).
+    context_frames : int
+        Frames of left context decoded before each chunk and dropped
+        (:func:`stream_context_frames`: 24, 1 in ``audio_stream_context``).
+
+    Returns
+    -------
+    waveform : torch.Tensor [shape=(samples,)]
+        float32, the served stream concatenated.
+    sample_rate : int
+        Hz as the port reports it.
+    """
     return _audio()[1].decode_stream(codes, chunk_frames, context_frames)
 
 

@@ -99,13 +99,39 @@ AUDIO_VARIANTS: dict[str, tuple[str, AudioOptions]] = {
 
 
 def audio_options(variant: str | None) -> AudioOptions:
-    """The knobs of ``variant`` (the correct glue for any non-audio variant)."""
+    """The knobs of ``variant`` (the correct glue for any non-audio variant).
+
+    Parameters
+    ----------
+    variant : str or None
+        The spec's ``VARIANT``; a key of :data:`AUDIO_VARIANTS` selects its knobs.
+
+    Returns
+    -------
+    AudioOptions
+        The shared instance of :data:`AUDIO_VARIANTS` (do not modify), or a fresh default.
+    """
     return AUDIO_VARIANTS[variant][1] if variant in AUDIO_VARIANTS else AudioOptions()
 
 
 def example_codes(num_codebooks: int = NUM_CODEBOOKS, frames: int = FRAMES,
                   codebook_size: int = 1024):
-    """Seeded codes ``LongTensor [shape=(num_codebooks, frames)]``, codebook-major."""
+    """Seeded codes, codebook-major.
+
+    Parameters
+    ----------
+    num_codebooks : int, default 4
+        ``K`` (4 codebooks = 3 kbps for the 24 kHz EnCodec layout).
+    frames : int, default 80
+        ``T``: code frames (80 frames = 1.07 s at 75 frames/s).
+    codebook_size : int, default 1024
+        Codes are drawn uniformly from ``[0, codebook_size)``.
+
+    Returns
+    -------
+    torch.LongTensor [shape=(num_codebooks, frames)]
+        The same on every call (seed :data:`CODES_SEED`; the global RNG is untouched).
+    """
     import torch
 
     g = torch.Generator().manual_seed(CODES_SEED)
@@ -113,7 +139,18 @@ def example_codes(num_codebooks: int = NUM_CODEBOOKS, frames: int = FRAMES,
 
 
 def hf_decode(codec) -> Callable[[Any], Any]:
-    """``codes (K, T) -> waveform (C, samples)`` with a transformers ``EncodecModel``."""
+    """A decode function around a transformers ``EncodecModel``.
+
+    Parameters
+    ----------
+    codec : transformers.EncodecModel
+
+    Returns
+    -------
+    callable
+        ``decode(codes [shape=(K, T)]) -> waveform [shape=(channels, T * hop)]``, float,
+        run under ``torch.no_grad`` (``EncodecModel.decode`` with one chunk and no scale).
+    """
     import torch
 
     def decode(codes):
@@ -124,8 +161,19 @@ def hf_decode(codec) -> Callable[[Any], Any]:
 
 
 def wrapper_decode(wrapper) -> Callable[[Any], Any]:
-    """``codes (K, T) -> waveform (C, samples)`` through a port ``CodecWrapper``'s model
-    (all channels: ``CodecWrapper.decode`` keeps channel 0 only, a mono-codec shortcut)."""
+    """A decode function through a port ``CodecWrapper``'s model, keeping every channel.
+
+    Parameters
+    ----------
+    wrapper : porting_kit.embedded.tts_port.CodecWrapper
+
+    Returns
+    -------
+    callable
+        ``decode(codes [shape=(K, T)]) -> waveform [shape=(channels, T * hop)]``: the
+        quantizer's embeddings then the decoder, under ``torch.no_grad``
+        (``CodecWrapper.decode`` keeps channel 0 only, a mono-codec shortcut).
+    """
     import torch
 
     def decode(codes):
@@ -138,8 +186,16 @@ def wrapper_decode(wrapper) -> Callable[[Any], Any]:
 
 
 def scale_output_(codec, gain: float = OUTPUT_GAIN) -> None:
-    """Scale a transformers ``EncodecModel``'s output by ``gain``, in place (its last conv's
-    weight-norm magnitude ``original0`` and bias; the layer is linear, so the audio scales exactly)."""
+    """Scale a transformers ``EncodecModel``'s output by ``gain``, in place.
+
+    Parameters
+    ----------
+    codec : transformers.EncodecModel
+        Its last decoder conv's weight-norm magnitude ``original0`` (or plain ``weight``)
+        and bias are multiplied; the layer is linear, so the audio scales exactly.
+    gain : float, default OUTPUT_GAIN (0.25)
+        Linear factor (0.25 is -12 dB): keeps the random codec's peaks (about 1.9) in [-1, 1].
+    """
     import torch
 
     conv = codec.decoder.layers[-1].conv
@@ -153,8 +209,22 @@ def scale_output_(codec, gain: float = OUTPUT_GAIN) -> None:
 
 
 def stereo_pair(codec_config, seed: int = 0):
-    """(reference EncodecModel, candidate CodecWrapper) of the 2-channel version of
-    ``codec_config``, the candidate loaded from the reference's state dict."""
+    """The 2-channel version of ``codec_config``: a reference and a port loaded from it.
+
+    Parameters
+    ----------
+    codec_config : transformers.EncodecConfig
+        The mono config; copied with ``audio_channels=2``.
+    seed : int, default 0
+        Seed of the reference's random init
+        (:func:`porting_kit.adapters.encodec_meta.build_hf_encodec`).
+
+    Returns
+    -------
+    reference : transformers.EncodecModel
+    candidate : porting_kit.embedded.tts_port.CodecWrapper
+        In eval mode, loaded from the reference's state dict.
+    """
     from porting_kit.adapters.encodec_meta import build_hf_encodec
     from porting_kit.embedded.tts_port import CodecWrapper
 
@@ -191,7 +261,19 @@ class CodecGlue:
         self.options = options or AudioOptions()
 
     def layout_codes(self, codes):
-        """Codes as the port rebuilds them from the AR model's frame-major token stream."""
+        """Codes as the port rebuilds them from the AR model's frame-major token stream.
+
+        Parameters
+        ----------
+        codes : torch.LongTensor [shape=(K, T)]
+            Codebook-major codes.
+
+        Returns
+        -------
+        torch.LongTensor [shape=(K, T)]
+            The same codes (stream ``reshape(T, K).T``); with ``codes_reshape`` the planted
+            ``reshape(K, T)`` that scrambles codebooks and frames.
+        """
         K, T = codes.shape
         stream = codes.T.reshape(-1)  # K codes per AR step
         if self.options.codes_reshape:
@@ -203,7 +285,22 @@ class CodecGlue:
         return y.float() if hasattr(y, "float") else y
 
     def serve(self, y) -> tuple[Any, int]:
-        """(C, samples) codec output -> (served waveform, reported sample rate)."""
+        """Codec output -> (served waveform, reported sample rate).
+
+        Parameters
+        ----------
+        y : torch.Tensor or array [shape=(channels, samples)]
+
+        Returns
+        -------
+        waveform : torch.Tensor [shape=(samples,)], float32
+            The channel mean, unless a knob plants a fault: interleaved ``y.T.reshape(-1)``
+            [shape=(channels * samples,)], channel 0, trimmed by ``trim_samples``, delayed by
+            ``offset_samples`` (length kept), resampled to ``resample_to`` Hz (librosa), or
+            ``(1, samples)`` with ``keep_channel_axis``.
+        sample_rate : int
+            Hz: ``reported_rate`` when set, else the codec's.
+        """
         import torch
 
         o = self.options
@@ -228,12 +325,43 @@ class CodecGlue:
         return out.float().contiguous(), int(o.reported_rate or self.sample_rate)
 
     def decode(self, codes) -> tuple[Any, int]:
-        """``codes (K, T) -> (served waveform, sample_rate)``."""
+        """Decode ``codes`` the way the port's server does.
+
+        Parameters
+        ----------
+        codes : torch.LongTensor [shape=(K, T)]
+
+        Returns
+        -------
+        waveform : torch.Tensor
+            :meth:`serve` of the codec output of :meth:`layout_codes`.
+        sample_rate : int
+            Hz, as reported.
+        """
         return self.serve(self._raw(self.layout_codes(codes)))
 
     def decode_stream(self, codes, chunk_frames: int, context_frames: int) -> tuple[Any, int]:
-        """Streaming decode: :func:`porting_kit.probes.streaming.stream_decode` of the port's codec
-        call, then the same serving glue."""
+        """Streaming decode, then the same serving glue.
+
+        Parameters
+        ----------
+        codes : torch.LongTensor [shape=(K, T)]
+        chunk_frames : int
+            Frames per chunk.
+        context_frames : int
+            Frames of left context decoded before each chunk and dropped from its output.
+
+        Returns
+        -------
+        waveform : torch.Tensor
+        sample_rate : int
+            Hz, as reported.
+
+        Notes
+        -----
+        Chunks come from :func:`porting_kit.probes.streaming.stream_decode` of the port's codec
+        call, with :attr:`hop_length` samples per frame.
+        """
         import torch
 
         from porting_kit.probes.streaming import stream_decode

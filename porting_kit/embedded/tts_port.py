@@ -38,59 +38,53 @@ ensure_importable()  # a CUDA-only torchaudio wheel must not break `import trans
 class PortOptions:
     """Fault knobs of the port. The defaults give the correct port.
 
-    Parity
-    ------
-    swap_qk_shards : bool
-        The fused-qkv weight loader writes the shards in the order k, q, v
+    Attributes
+    ----------
+    swap_qk_shards : bool, default False
+        Parity: the fused-qkv weight loader writes the shards in the order k, q, v
         (q and k swapped) while ``forward`` splits q, k, v.
-    skip_weight : str or None
-        A candidate parameter name that ``load_weights`` silently skips (e.g.
+    skip_weight : str or None, default None
+        Parity: a candidate parameter name that ``load_weights`` silently skips (e.g.
         ``"talker.layers.1.mlp.down_proj.weight"``); it keeps the port's own init.
-    nan_mlp_layer : int or None
-        Index of the decoder layer whose MLP output gets NaN in channel 0.
-
-    RoPE
-    ----
-    meta_init : bool
-        Build the LM stack on the meta device and materialise it with
+    nan_mlp_layer : int or None, default None
+        Parity: index of the decoder layer whose MLP output gets NaN in channel 0.
+    meta_init : bool, default False
+        RoPE: build the LM stack on the meta device and materialise it with
         ``to_empty()``; the non-persistent ``inv_freq`` buffer is never
         recomputed, so it holds whatever the allocator returned.
-    rope_theta_top_level_only : bool
-        Read ``config.rope_theta`` only (falling back to 10000) instead of
+    rope_theta_top_level_only : bool, default False
+        RoPE: read ``config.rope_theta`` only (falling back to 10000) instead of
         ``config.rope_parameters["rope_theta"]`` where transformers 5.x keeps it.
-    rope_interleaved : bool
-        Rotate interleaved pairs (GPT-J / complex layout, ``is_neox_style=False``)
+    rope_interleaved : bool, default False
+        RoPE: rotate interleaved pairs (GPT-J / complex layout, ``is_neox_style=False``)
         instead of halves (NeoX / rotate-half, what the reference does).
-    partial_rotary_factor : float
-        Fraction of head_dim that gets rotary (reference: 1.0).
-    position_offset : int
-        Added to the query positions before RoPE (reference: 0); the keys keep
-        the engine's positions, as when a decode step rotates the new token at
+    partial_rotary_factor : float, default 1.0
+        RoPE: fraction of head_dim that gets rotary (reference: 1.0).
+    position_offset : int, default 0
+        RoPE: positions added to the query positions before RoPE (reference: 0); the keys
+        keep the engine's positions, as when a decode step rotates the new token at
         ``p + k`` against keys cached at ``p``. (Shifting queries and keys alike
         would cancel in q.k, RoPE being relative, and change nothing.)
-    ignore_rope_scaling : bool
-        Drop ``rope_parameters["rope_type"]`` scaling (linear factor...) and use
+    ignore_rope_scaling : bool, default False
+        RoPE: drop ``rope_parameters["rope_type"]`` scaling (linear factor...) and use
         the plain inverse frequencies.
-    rope_dtype : str
-        Dtype ``inv_freq`` and cos/sin are computed in (``"float32"``;
-        ``"bfloat16"`` is the low-precision fault).
-
-    Norm
-    ----
-    rms_norm_eps : float or None
-        Epsilon override (``None``: the config's ``rms_norm_eps``).
-    norm_kind : str
-        ``"rms"`` (RMSNorm) or ``"layer"`` (``nn.LayerNorm`` without bias: mean
+    rope_dtype : str, default "float32"
+        RoPE: dtype ``inv_freq`` and cos/sin are computed in (``"bfloat16"`` is the
+        low-precision fault).
+    rms_norm_eps : float or None, default None
+        Norm: epsilon override (``None``: the config's ``rms_norm_eps``).
+    norm_kind : {"rms", "layer"}, default "rms"
+        Norm: ``"rms"`` (RMSNorm) or ``"layer"`` (``nn.LayerNorm`` without bias: mean
         subtracted).
-    norm_weight_offset : bool
-        Apply ``(1 + w)`` (Gemma style) where the reference applies ``w``.
-    norm_fp32_upcast : bool
-        Compute the variance in float32 (reference). ``False``: in the input
+    norm_weight_offset : bool, default False
+        Norm: apply ``(1 + w)`` (Gemma style) where the reference applies ``w``.
+    norm_fp32_upcast : bool, default True
+        Norm: compute the variance in float32 (reference). ``False``: in the input
         dtype (shows only in bf16/fp16).
-    norm_placement : str
-        ``"pre"`` (reference) or ``"post"`` (norm after the residual add).
-    qk_norm : bool
-        Apply Qwen3's per-head q/k RMSNorm (reference: yes).
+    norm_placement : {"pre", "post"}, default "pre"
+        Norm: ``"pre"`` (reference) or ``"post"`` (norm after the residual add).
+    qk_norm : bool, default True
+        Norm: apply Qwen3's per-head q/k RMSNorm (reference: yes).
     """
 
     swap_qk_shards: bool = False
@@ -201,6 +195,19 @@ class RMSNorm(nn.Module):
         self.fp32_upcast = fp32_upcast
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` over its last axis.
+
+        Parameters
+        ----------
+        x : torch.Tensor [shape=(..., hidden_size)]
+
+        Returns
+        -------
+        torch.Tensor [shape=(..., hidden_size)]
+            ``w * (x / sqrt(mean(x**2) + eps))`` with the normalised value cast back to
+            ``x``'s dtype before the weight multiplies it (transformers' ``Qwen3RMSNorm``);
+            ``(1 + w)`` with ``weight_offset``.
+        """
         input_dtype = x.dtype
         if self.fp32_upcast:
             x = x.to(torch.float32)
@@ -214,8 +221,28 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(hidden_size: int, eps: float, options: PortOptions) -> nn.Module:
-    """The port's norm module: :class:`RMSNorm`, or ``nn.LayerNorm`` (no bias) for the
-    ``norm_kind="layer"`` fault."""
+    """The port's norm module for ``options``.
+
+    Parameters
+    ----------
+    hidden_size : int
+        Normalised width (``hidden_size`` or ``head_dim`` for the q/k norms).
+    eps : float
+        Epsilon (the port's ``rms_norm_eps``).
+    options : PortOptions
+        ``norm_kind``, ``norm_weight_offset`` and ``norm_fp32_upcast`` are read.
+
+    Returns
+    -------
+    torch.nn.Module
+        :class:`RMSNorm`, or ``nn.LayerNorm(hidden_size, eps, bias=False)`` for the
+        ``norm_kind="layer"`` fault.
+
+    Raises
+    ------
+    ValueError
+        ``norm_kind`` is neither ``"rms"`` nor ``"layer"``.
+    """
     if options.norm_kind == "layer":
         return nn.LayerNorm(hidden_size, eps=eps, bias=False)
     if options.norm_kind != "rms":
@@ -278,8 +305,14 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", self.compute_inv_freq(), persistent=False)  # noqa: PK701
 
     def compute_inv_freq(self) -> torch.Tensor:
-        """``1 / base ** (arange(0, rotary_dim, 2) / rotary_dim) / scaling_factor``, float32,
-        computed in :attr:`compute_dtype`."""
+        """The inverse frequencies, computed in :attr:`compute_dtype`.
+
+        Returns
+        -------
+        torch.Tensor [shape=(rotary_dim // 2,), float32]
+            ``1 / base ** (arange(0, rotary_dim, 2) / rotary_dim) / scaling_factor``, radians
+            per position (rounded through ``compute_dtype`` first: the low-precision fault).
+        """
         dt = self.compute_dtype
         exponent = torch.arange(0, self.rotary_dim, 2, dtype=dt) / self.rotary_dim
         inv_freq = 1.0 / (self.base ** exponent)
@@ -287,16 +320,44 @@ class RotaryEmbedding(nn.Module):
         return inv_freq.to(torch.float32)
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of ``positions * inv_freq``: positions (...,) int -> two (..., rotary_dim // 2)
-        tensors in :attr:`compute_dtype` (float32 normally)."""
+        """cos and sin of ``positions * inv_freq``.
+
+        Parameters
+        ----------
+        positions : torch.LongTensor [shape=(...)]
+            Token positions.
+
+        Returns
+        -------
+        cos, sin : torch.Tensor [shape=(..., rotary_dim // 2)]
+            In :attr:`compute_dtype` (float32 normally), on ``positions``' device.
+        """
         dt = self.compute_dtype
         freqs = positions[..., None].to(dt) * self.inv_freq.to(device=positions.device, dtype=dt)
         return freqs.cos(), freqs.sin()
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor,
                 key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate query (..., T, n_heads * head_size) and key (..., T, n_kv_heads * head_size)
-        at ``positions`` (..., T); returns both, same shapes and dtypes."""
+        """Rotate query and key at ``positions``.
+
+        Parameters
+        ----------
+        positions : torch.LongTensor [shape=(batch, seq)]
+        query : torch.Tensor [shape=(batch, seq, n_heads * head_size)]
+        key : torch.Tensor [shape=(batch, seq, n_kv_heads * head_size)]
+
+        Returns
+        -------
+        query, key : torch.Tensor
+            Same shapes and dtypes; the first ``rotary_dim`` dims of each head rotated
+            (NeoX halves or GPT-J pairs), the rest passed through. The query uses
+            ``positions + query_position_offset`` (the fault knob; 0 normally).
+
+        Notes
+        -----
+        Layouts as vLLM's ``RotaryEmbedding`` (``is_neox_style``); the NeoX form equals
+        transformers' ``rotate_half`` / ``apply_rotary_pos_emb``.
+        """
         cos, sin = self.cos_sin(positions)
         if self.query_position_offset:
             cos_q, sin_q = self.cos_sin(positions + self.query_position_offset)
@@ -331,10 +392,22 @@ class RotaryEmbedding(nn.Module):
 def default_weight_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
     """Copy a checkpoint tensor into a parameter/buffer; shapes must match.
 
+    Parameters
+    ----------
+    param : torch.Tensor
+        Destination (a parameter, a buffer or a ``narrow`` view of one); written in place.
+    loaded_weight : torch.Tensor
+        Source, cast to ``param``'s dtype and device.
+
     Raises
     ------
     ValueError
         When the shapes differ (names both shapes).
+
+    Notes
+    -----
+    Same contract as vLLM's ``model_executor/model_loader/weight_utils.py:
+    default_weight_loader``.
     """
     if param.shape != loaded_weight.shape:
         raise ValueError(f"shape mismatch: checkpoint {tuple(loaded_weight.shape)} "
@@ -346,8 +419,19 @@ def default_weight_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> N
 class QKVParallelLinear(nn.Linear):
     """Fused q/k/v projection (vLLM's ``QKVParallelLinear`` at tensor-parallel size 1).
 
-    Output (..., (n_heads + 2 * n_kv_heads) * head_size), rows ordered q, k, v.
+    Output [shape=(..., (n_heads + 2 * n_kv_heads) * head_size)], rows ordered q, k, v.
     :meth:`weight_loader` writes one shard (``"q"``, ``"k"``, ``"v"``) at its row offset.
+
+    Parameters
+    ----------
+    hidden_size : int
+        Input features.
+    head_size : int
+        Per-head width.
+    total_num_heads, total_num_kv_heads : int
+        Query heads and key/value heads (GQA).
+    swap_qk_shards : bool, default False
+        Fault knob: the loader lays out k before q (:meth:`shard_offsets`).
     """
 
     def __init__(self, hidden_size: int, head_size: int, total_num_heads: int,
@@ -358,8 +442,15 @@ class QKVParallelLinear(nn.Linear):
         self.swap_qk_shards = swap_qk_shards
 
     def shard_offsets(self) -> dict[str, tuple[int, int]]:
-        """Shard id -> (row offset, rows). With the ``swap_qk_shards`` fault the loader
-        lays out k before q while :meth:`forward` users still split q, k, v."""
+        """Shard id -> (row offset, rows) of the fused weight.
+
+        Returns
+        -------
+        dict of str to (int, int)
+            ``{"q": (0, q_size), "k": (q_size, kv_size), "v": (q_size + kv_size, kv_size)}``.
+            With the ``swap_qk_shards`` fault the loader lays out k before q while
+            :meth:`forward` users still split q, k, v.
+        """
         q, kv = self.q_size, self.kv_size
         if self.swap_qk_shards:
             return {"k": (0, kv), "q": (kv, q), "v": (q + kv, kv)}
@@ -367,13 +458,40 @@ class QKVParallelLinear(nn.Linear):
 
     def weight_loader(self, param: torch.Tensor, loaded_weight: torch.Tensor,
                       loaded_shard_id: str) -> None:
+        """Write one shard of the fused weight.
+
+        Parameters
+        ----------
+        param : torch.nn.Parameter [shape=(q_size + 2 * kv_size, hidden_size)]
+            This module's ``weight``.
+        loaded_weight : torch.Tensor [shape=(rows, hidden_size)]
+            The reference's ``q_proj`` / ``k_proj`` / ``v_proj`` weight.
+        loaded_shard_id : {"q", "k", "v"}
+
+        Raises
+        ------
+        ValueError
+            The shard's shape does not fit its rows.
+        KeyError
+            Unknown shard id.
+        """
         offset, size = self.shard_offsets()[loaded_shard_id]
         default_weight_loader(param.data.narrow(0, offset, size), loaded_weight)
 
 
 class MergedColumnParallelLinear(nn.Linear):
-    """Fused column projections (vLLM's ``MergedColumnParallelLinear`` at TP size 1), e.g.
-    gate and up: output (..., sum(output_sizes)); shard ``i`` sits after shards ``< i``."""
+    """Fused column projections (vLLM's ``MergedColumnParallelLinear`` at TP size 1).
+
+    E.g. gate and up: output [shape=(..., sum(output_sizes))]; shard ``i`` sits after
+    shards ``< i``. No bias.
+
+    Parameters
+    ----------
+    input_size : int
+        Input features.
+    output_sizes : list of int
+        Rows of each shard, in order.
+    """
 
     def __init__(self, input_size: int, output_sizes: list[int]):
         super().__init__(input_size, sum(output_sizes), bias=False)
@@ -381,6 +499,21 @@ class MergedColumnParallelLinear(nn.Linear):
 
     def weight_loader(self, param: torch.Tensor, loaded_weight: torch.Tensor,
                       loaded_shard_id: int) -> None:
+        """Write shard ``loaded_shard_id`` of the fused weight.
+
+        Parameters
+        ----------
+        param : torch.nn.Parameter [shape=(sum(output_sizes), input_size)]
+            This module's ``weight``.
+        loaded_weight : torch.Tensor [shape=(output_sizes[i], input_size)]
+        loaded_shard_id : int
+            ``i`` (0 = gate, 1 = up in the MLP).
+
+        Raises
+        ------
+        ValueError
+            The shard's shape does not fit its rows.
+        """
         offset = sum(self.output_sizes[:loaded_shard_id])
         default_weight_loader(param.data.narrow(0, offset, self.output_sizes[loaded_shard_id]),
                               loaded_weight)
@@ -392,7 +525,13 @@ class MergedColumnParallelLinear(nn.Linear):
 class Attention(nn.Module):
     """Self-attention of the port: fused qkv, per-head q/k RMSNorm, RoPE, causal SDPA with GQA.
 
-    hidden (batch, T, hidden_size), positions (batch, T) -> (batch, T, hidden_size).
+    Parameters
+    ----------
+    c : dict
+        :func:`port_constants` (heads, ``head_dim``, ``rotary_dim``, ``rope_theta``,
+        ``rope_scaling``, ``rope_layout``, ``rope_dtype``, ``rms_norm_eps``...).
+    options : PortOptions
+        ``swap_qk_shards``, ``qk_norm``, ``position_offset`` and the norm knobs are read.
     """
 
     def __init__(self, c: dict[str, Any], options: PortOptions):
@@ -418,6 +557,19 @@ class Attention(nn.Module):
             dtype=getattr(torch, c["rope_dtype"]), query_position_offset=options.position_offset)
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Causal self-attention of one layer.
+
+        Parameters
+        ----------
+        positions : torch.LongTensor [shape=(batch, seq)]
+        hidden_states : torch.Tensor [shape=(batch, seq, hidden_size)]
+
+        Returns
+        -------
+        torch.Tensor [shape=(batch, seq, hidden_size)]
+            ``o_proj`` of ``scaled_dot_product_attention(q, k, v, is_causal=True,
+            scale=head_dim ** -0.5, enable_gqa=True)``.
+        """
         qkv = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.q_norm is not None:
@@ -434,8 +586,16 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """SwiGLU MLP with fused ``gate_up_proj``: ``down(silu(gate(x)) * up(x))``; (..., hidden) ->
-    (..., hidden). ``inject_nan`` (fault) writes NaN into channel 0 of the output."""
+    """SwiGLU MLP with fused ``gate_up_proj``: ``down(silu(gate(x)) * up(x))``.
+
+    Parameters
+    ----------
+    hidden_size : int
+    intermediate_size : int
+        Width of gate and up (the fused weight has ``2 * intermediate_size`` rows).
+    inject_nan : bool, default False
+        Fault knob: write NaN into channel 0 of the output.
+    """
 
     def __init__(self, hidden_size: int, intermediate_size: int, inject_nan: bool = False):
         super().__init__()
@@ -444,6 +604,16 @@ class MLP(nn.Module):
         self.inject_nan = inject_nan
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the MLP.
+
+        Parameters
+        ----------
+        x : torch.Tensor [shape=(..., hidden_size)]
+
+        Returns
+        -------
+        torch.Tensor [shape=(..., hidden_size)]
+        """
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         out = self.down_proj(F.silu(gate) * up)
         if self.inject_nan:
@@ -453,8 +623,24 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """One decoder layer. Pre-norm (reference): ``h = x + attn(norm1(x)); y = h + mlp(norm2(h))``.
-    Post-norm (fault): ``h = norm1(x + attn(x)); y = norm2(h + mlp(h))``."""
+    """One decoder layer.
+
+    Pre-norm (reference): ``h = x + attn(norm1(x)); y = h + mlp(norm2(h))``.
+    Post-norm (fault): ``h = norm1(x + attn(x)); y = norm2(h + mlp(h))``.
+
+    Parameters
+    ----------
+    c : dict
+        :func:`port_constants`.
+    options : PortOptions
+    layer_idx : int
+        Index in the stack (``nan_mlp_layer`` compares against it).
+
+    Raises
+    ------
+    ValueError
+        ``options.norm_placement`` is neither ``"pre"`` nor ``"post"``.
+    """
 
     def __init__(self, c: dict[str, Any], options: PortOptions, layer_idx: int):
         super().__init__()
@@ -468,6 +654,17 @@ class DecoderLayer(nn.Module):
         self.post_norm = options.norm_placement == "post"
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Apply the layer.
+
+        Parameters
+        ----------
+        positions : torch.LongTensor [shape=(batch, seq)]
+        hidden_states : torch.Tensor [shape=(batch, seq, hidden_size)]
+
+        Returns
+        -------
+        torch.Tensor [shape=(batch, seq, hidden_size)]
+        """
         x = hidden_states
         if self.post_norm:
             h = self.input_layernorm(x + self.attn(positions, x))
@@ -479,7 +676,11 @@ class DecoderLayer(nn.Module):
 class Talker(nn.Module):
     """The AR talker stack: embedding, decoder layers, final norm.
 
-    ``forward(input_ids (batch, T), positions (batch, T)) -> hidden (batch, T, hidden_size)``.
+    Parameters
+    ----------
+    c : dict
+        :func:`port_constants` (``vocab_size``, ``hidden_size``, ``num_hidden_layers``...).
+    options : PortOptions
     """
 
     def __init__(self, c: dict[str, Any], options: PortOptions):
@@ -489,6 +690,17 @@ class Talker(nn.Module):
         self.norm = make_norm(c["hidden_size"], c["rms_norm_eps"], options)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Token ids -> final-normed hidden states.
+
+        Parameters
+        ----------
+        input_ids : torch.LongTensor [shape=(batch, seq)]
+        positions : torch.LongTensor [shape=(batch, seq)]
+
+        Returns
+        -------
+        torch.Tensor [shape=(batch, seq, hidden_size)]
+        """
         h = self.embed_tokens(input_ids)
         for layer in self.layers:
             h = layer(positions, h)
@@ -496,10 +708,22 @@ class Talker(nn.Module):
 
 
 class CodecWrapper(nn.Module):
-    """The port's codec stage. Reuses transformers' ``EncodecModel`` code (as ports reuse codec
-    code) under ``.model``; its weights come through :meth:`TinyTTSPort.load_weights`.
+    """The port's codec stage.
 
-    Attributes: ``sample_rate`` (Hz), ``hop_length`` (samples per code frame).
+    Reuses transformers' ``EncodecModel`` code (as ports reuse codec code) under
+    ``.model``, built without init; its weights come through
+    :meth:`TinyTTSPort.load_weights`.
+
+    Parameters
+    ----------
+    codec_config : transformers.EncodecConfig
+
+    Attributes
+    ----------
+    sample_rate : int
+        Hz (``codec_config.sampling_rate``).
+    hop_length : int
+        Samples per code frame (product of ``upsampling_ratios``: 320).
     """
 
     def __init__(self, codec_config: Any):
@@ -514,8 +738,17 @@ class CodecWrapper(nn.Module):
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """Codes (batch, n_codebooks, frames) int64 -> waveform (batch, frames * hop_length),
-        float, at :attr:`sample_rate` Hz (RVQ embeddings summed, then the decoder)."""
+        """Codes -> waveform (RVQ embeddings summed, then the decoder), channel 0 only.
+
+        Parameters
+        ----------
+        codes : torch.LongTensor [shape=(batch, n_codebooks, frames)]
+
+        Returns
+        -------
+        torch.Tensor [shape=(batch, frames * hop_length)]
+            Float, at :attr:`sample_rate` Hz.
+        """
         embeddings = self.model.quantizer.decode(codes.transpose(0, 1))
         return self.model.decoder(embeddings)[:, 0, :]
 
@@ -568,16 +801,47 @@ class TinyTTSPort(nn.Module):
         self.codec = CodecWrapper(codec_config)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """input_ids, positions (batch, T) int64 -> hidden states (batch, T, hidden_size)."""
+        """Talker forward, vLLM style (no logits).
+
+        Parameters
+        ----------
+        input_ids : torch.LongTensor [shape=(batch, seq)]
+        positions : torch.LongTensor [shape=(batch, seq)]
+
+        Returns
+        -------
+        torch.Tensor [shape=(batch, seq, hidden_size)]
+            Hidden states; :meth:`compute_logits` maps them to logits.
+        """
         return self.talker(input_ids, positions)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """hidden (batch, T, hidden_size) -> logits (batch, T, vocab_size)."""
+        """LM head.
+
+        Parameters
+        ----------
+        hidden_states : torch.Tensor [shape=(batch, seq, hidden_size)]
+
+        Returns
+        -------
+        torch.Tensor [shape=(batch, seq, vocab_size)]
+        """
         return self.lm_head(hidden_states)
 
     def map_weight_name(self, name: str) -> str:
-        """Reference (HF) name -> port name before shard stacking
-        (``lm.model.layers.0.self_attn.q_proj.weight`` -> ``talker.layers.0.attn.q_proj.weight``)."""
+        """Reference (HF) name -> port name before shard stacking.
+
+        Parameters
+        ----------
+        name : str
+            E.g. ``lm.model.layers.0.self_attn.q_proj.weight``.
+
+        Returns
+        -------
+        str
+            E.g. ``talker.layers.0.attn.q_proj.weight``: the first matching
+            :attr:`hf_to_port_prefix` rename, then every :attr:`hf_to_port_substr` one.
+        """
         for old, new in self.hf_to_port_prefix:
             if name.startswith(old):
                 name = new + name[len(old):]

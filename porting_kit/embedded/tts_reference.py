@@ -87,9 +87,15 @@ def codec_config(**overrides: Any):
     (4 codebooks at 3.0 kbps: 3000 / (75 * log2(1024))). The layout REAL_PAIRS.md
     gives for the 24 kHz EnCodec pair.
 
+    Parameters
+    ----------
+    **overrides
+        Any other ``EncodecConfig`` field (e.g. ``audio_channels=2``).
+
     Returns
     -------
     transformers.EncodecConfig
+        hidden 32, 8 filters, ``normalize=False``.
     """
     from transformers import EncodecConfig
 
@@ -110,12 +116,20 @@ def codec_config(**overrides: Any):
 
 
 class TinyTTSReference(nn.Module):
-    """The reference TTS pair: ``lm`` (``Qwen3ForCausalLM`` over codec tokens) and
-    ``codec`` (``EncodecModel``, whose decoder turns codes into a waveform).
+    """The reference TTS pair.
 
-    ``forward(input_ids)`` returns the LM logits (batch, T, vocab_size);
-    :meth:`decode` turns codes (batch, n_codebooks, frames) into a waveform
-    (batch, samples) at :data:`SAMPLE_RATE` Hz.
+    Parameters
+    ----------
+    lm : torch.nn.Module
+        ``Qwen3ForCausalLM`` over codec tokens (see the module's token layout).
+    codec : torch.nn.Module
+        ``EncodecModel``, whose decoder turns codes into a waveform.
+
+    Notes
+    -----
+    ``forward(input_ids)`` returns the LM logits [shape=(batch, seq, vocab_size)];
+    :meth:`decode` turns codes [shape=(batch, n_codebooks, frames)] into a waveform
+    [shape=(batch, samples)] at :data:`SAMPLE_RATE` Hz.
     """
 
     def __init__(self, lm: nn.Module, codec: nn.Module):
@@ -124,11 +138,31 @@ class TinyTTSReference(nn.Module):
         self.codec = codec
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """LM logits of ``input_ids`` (no KV cache).
+
+        Parameters
+        ----------
+        input_ids : torch.LongTensor [shape=(batch, seq)]
+
+        Returns
+        -------
+        torch.Tensor [shape=(batch, seq, vocab_size)]
+        """
         return self.lm(input_ids=input_ids, use_cache=False).logits
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """Codes (batch, n_codebooks, frames) int64 -> waveform (batch, frames * 320) float."""
+        """Codes -> waveform through the EnCodec decoder (no gradient).
+
+        Parameters
+        ----------
+        codes : torch.LongTensor [shape=(batch, n_codebooks, frames)]
+
+        Returns
+        -------
+        torch.Tensor [shape=(batch, frames * 320)]
+            Float, channel 0 of the codec output, at 24000 Hz.
+        """
         audio = self.codec.decode(codes[None], [None], return_dict=False)[0]
         return audio[:, 0, :]
 
@@ -142,6 +176,12 @@ def randomize_codec_(codec: nn.Module) -> None:
     effective weight is ``v``. Done directly on the parametrization tensors:
     transformers' own init recomputes the weight norm on every access (~100
     ``torch._weight_norm`` calls), which dominates build time on a busy CPU.
+
+    Parameters
+    ----------
+    codec : torch.nn.Module
+        A transformers ``EncodecModel`` (draws from the global torch RNG: the caller
+        forks and seeds it).
     """
     with torch.no_grad():
         for name, p in codec.named_parameters():
@@ -169,7 +209,14 @@ def randomize_(model: nn.Module, seed: int = SEED) -> None:
     initialises codebooks to zero, which would make every code decode to the
     same vector). Linear/embedding weights keep their seeded init.
 
-    Uses its own forked RNG: the global torch RNG state is left as it was.
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Modules whose class name ends in ``RMSNorm``, ``nn.LayerNorm`` and
+        ``EncodecEuclideanCodebook`` are changed.
+    seed : int, default SEED (0)
+        The draw uses ``seed + 1`` in its own forked RNG: the global torch RNG state is
+        left as it was.
     """
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed + 1)
@@ -219,7 +266,21 @@ def build_reference(lm_cfg=None, codec_cfg=None, seed: int = SEED):
 
 
 def example_input_ids(length: int = 64, batch: int = 1, seed: int = SEED):
-    """Deterministic LM input: BOS then random codec tokens, shape (batch, length) int64."""
+    """Deterministic LM input: BOS then random codec tokens.
+
+    Parameters
+    ----------
+    length : int, default 64
+        Tokens per row (``seq``).
+    batch : int, default 1
+    seed : int, default SEED (0)
+        The generator uses ``seed + 7``; the global RNG is untouched.
+
+    Returns
+    -------
+    torch.LongTensor [shape=(batch, length)]
+        Column 0 is BOS (1024), the rest codec tokens in ``[0, 1024)``.
+    """
     gen = torch.Generator().manual_seed(seed + 7)
     ids = torch.randint(0, CODEBOOK_SIZE, (batch, length), generator=gen)
     ids[:, 0] = SPECIAL_TOKENS["bos"]

@@ -15,7 +15,21 @@ import ast
 
 
 class BuildState:
-    """Per ``build()``: the request parameter, names extracted from it, names read."""
+    """Per ``build()``: the request parameter, names extracted from it, names read.
+
+    Parameters
+    ----------
+    request : str
+        Name of the request parameter (``request``, ``req`` or the first after ``self``).
+
+    Attributes
+    ----------
+    extracted : dict of str to ast.AST
+        Local name -> the ``Name`` node of its assignment from an expression reading the
+        request (``ref_audio = request.ref_audio``); a later re-assignment replaces it.
+    loads : set of str
+        Names read anywhere in the ``build()`` body, nested functions included.
+    """
 
     __slots__ = ("extracted", "loads", "request")
 
@@ -26,6 +40,22 @@ class BuildState:
 
 
 def on_function_enter(lin, frame, node: ast.FunctionDef) -> BuildState | None:
+    """Start tracking a ``build()`` method of a class (PK901).
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    frame : porting_kit.lint.engine.Frame
+        The new function frame; its ``build`` slot is set when tracking starts.
+    node : ast.FunctionDef
+        The function being entered.
+
+    Returns
+    -------
+    BuildState or None
+        ``None`` unless ``node`` is a method named ``build`` with a parameter besides
+        ``self`` / ``cls``; the engine then pushes it on ``lin.build_stack``.
+    """
     if node.name != "build" or frame.parent is None or frame.parent.kind != "class":
         return None
     params = [a.arg for a in node.args.posonlyargs + node.args.args]
@@ -44,6 +74,16 @@ def _reads(node: ast.AST, name: str) -> bool:
 
 
 def on_assign(lin, node: ast.AST) -> None:
+    """Record names assigned, in the ``build()`` body itself, from an expression that reads
+    the request parameter.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+        ``lin.build_stack[-1]`` is the innermost ``build()`` (must be non-empty).
+    node : ast.Assign or ast.AnnAssign
+        Tuple / list targets are unpacked; ``_`` and attribute targets are ignored.
+    """
     state = lin.build_stack[-1]
     if lin.frame.build is not state or node.value is None or not _reads(node.value, state.request):
         return
@@ -56,6 +96,14 @@ def on_assign(lin, node: ast.AST) -> None:
 
 
 def on_function_exit(lin, frame) -> None:
+    """Report PK901 for every extracted name never read, and pass the reads outwards.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    frame : porting_kit.lint.engine.Frame
+        The ``build()`` frame being left (its ``build`` slot holds the state).
+    """
     state = frame.build
     for name, node in state.extracted.items():
         if name not in state.loads:

@@ -8,8 +8,16 @@ import ast
 def dotted(node: ast.AST) -> str:
     """Dotted text of a Name/Attribute/Call chain: ``self.codec.decode``.
 
-    A call inside the chain shows as ``()``: ``self.get_codec().decode``;
-    anything else (subscripts, literals) shows as ``?``.
+    Parameters
+    ----------
+    node : ast.AST
+        Usually a call's ``func``.
+
+    Returns
+    -------
+    str
+        A call inside the chain shows as ``()``: ``self.get_codec().decode``;
+        anything else (subscripts, literals) shows as ``?``: ``?.decode``.
     """
     parts = []
     while True:
@@ -31,21 +39,51 @@ def dotted(node: ast.AST) -> str:
 
 
 def is_self_attr(node: ast.AST) -> str | None:
-    """``attr`` when ``node`` is ``self.attr``, else ``None``."""
+    """``attr`` when ``node`` is ``self.attr``, else ``None``.
+
+    Parameters
+    ----------
+    node : ast.AST
+
+    Returns
+    -------
+    str or None
+    """
     if node.__class__ is ast.Attribute and node.value.__class__ is ast.Name and node.value.id == "self":
         return node.attr
     return None
 
 
 def const_str(node: ast.AST | None) -> str | None:
-    """The value of a string constant node, else ``None``."""
+    """The value of a string constant node, else ``None``.
+
+    Parameters
+    ----------
+    node : ast.AST or None
+
+    Returns
+    -------
+    str or None
+    """
     if node is not None and node.__class__ is ast.Constant and isinstance(node.value, str):
         return node.value
     return None
 
 
 def keyword(call: ast.Call, name: str) -> ast.AST | None:
-    """The value node of keyword ``name`` in ``call``, else ``None``."""
+    """The value node of keyword ``name`` in ``call``, else ``None``.
+
+    Parameters
+    ----------
+    call : ast.Call
+    name : str
+        Keyword argument name (``"generator"``, ``"persistent"``...); ``**kwargs`` never
+        matches.
+
+    Returns
+    -------
+    ast.AST or None
+    """
     for kw in call.keywords:
         if kw.arg == name:
             return kw.value
@@ -53,13 +91,31 @@ def keyword(call: ast.Call, name: str) -> ast.AST | None:
 
 
 def is_false(node: ast.AST | None) -> bool:
-    """True for the constant ``False`` (or ``0``)."""
+    """True for the constant ``False`` (or ``0``; not ``""``).
+
+    Parameters
+    ----------
+    node : ast.AST or None
+
+    Returns
+    -------
+    bool
+    """
     return node is not None and node.__class__ is ast.Constant and node.value in (False, 0) \
         and not isinstance(node.value, str)
 
 
 def is_minus_one(node: ast.AST) -> bool:
-    """True for ``-1`` written as a constant or a unary minus."""
+    """True for ``-1`` written as a constant or a unary minus (``True`` / ``False`` never).
+
+    Parameters
+    ----------
+    node : ast.AST
+
+    Returns
+    -------
+    bool
+    """
     if node.__class__ is ast.Constant:
         return node.value == -1 and not isinstance(node.value, bool)
     return (node.__class__ is ast.UnaryOp and isinstance(node.op, ast.USub)
@@ -67,7 +123,17 @@ def is_minus_one(node: ast.AST) -> bool:
 
 
 def names_in(node: ast.AST) -> set[str]:
-    """Identifiers, attribute names and string constants inside a (small) expression."""
+    """Identifiers, attribute names and string constants inside a (small) expression.
+
+    Parameters
+    ----------
+    node : ast.AST
+        Walked entirely with ``ast.walk``.
+
+    Returns
+    -------
+    set of str
+    """
     out: set[str] = set()
     for sub in ast.walk(node):
         cls = sub.__class__

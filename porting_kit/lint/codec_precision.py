@@ -36,12 +36,34 @@ def _is_autocast_call(node: ast.AST) -> bool:
 
 
 def with_autocast(node: ast.With) -> int:
-    """Number of enabled ``autocast`` context managers in a ``with`` statement."""
+    """Number of enabled ``autocast`` context managers in a ``with`` statement.
+
+    Parameters
+    ----------
+    node : ast.With or ast.AsyncWith
+
+    Returns
+    -------
+    int
+        Items whose context expression is a call ending in ``autocast`` and not
+        ``enabled=False`` / ``dtype=torch.float32`` (``float``, ``float64``): those upcast,
+        which is the fix.
+    """
     return sum(1 for item in node.items if _is_autocast_call(item.context_expr))
 
 
 def decorator_autocast(node: ast.FunctionDef) -> int:
-    """1 when the function is decorated with an enabled ``@torch.autocast(...)``."""
+    """1 when the function is decorated with an enabled ``@torch.autocast(...)``.
+
+    Parameters
+    ----------
+    node : ast.FunctionDef or ast.AsyncFunctionDef
+
+    Returns
+    -------
+    int
+        1 or 0 (added to the frame's autocast depth).
+    """
     return 1 if any(_is_autocast_call(d) for d in node.decorator_list) else 0
 
 
@@ -53,6 +75,16 @@ def _is_codec(name: str) -> bool:
 
 
 def on_call_under_autocast(lin, node: ast.Call) -> None:
+    """Report PK401 for a codec call made under an enabled autocast.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+        Its current frame has ``autocast > 0`` (the engine calls this only then).
+    node : ast.Call
+        Flagged when its dotted callee is a codec (module docstring) and not itself an
+        ``autocast`` / ``.float`` / ``.to`` call.
+    """
     name = dotted(node.func)
     if _is_codec(name) and not name.endswith(("autocast", ".float", ".to")):
         lin.report("PK401", node, f"`{name}(...)` runs under torch.autocast: the codec decodes in 16-bit")

@@ -39,11 +39,37 @@ _NON_MODEL_DIRS = frozenset({"tests", "test", "examples", "example", "benchmarks
 class Frame:
     """Context of one module, class or function body during the traversal.
 
-    ``kind`` is ``"module"``, ``"class"`` or ``"func"``. ``hot`` marks
-    functions whose loops run per step (``forward``, ``*decode*``,
-    ``compute_logits``); ``per_request`` the functions that serve a request
-    (hot ones plus ``sample*``, ``*generate*``, ``*stream*``, ``step``).
-    Family-specific state is created lazily by the family modules.
+    Parameters
+    ----------
+    kind : {"module", "class", "func"}
+    name : str
+        The class or function name (``"<module>"`` for the file).
+    node : ast.AST or None
+        The ``Module`` / ``ClassDef`` / ``FunctionDef`` node.
+    parent : Frame or None
+        The enclosing frame (``None`` for the module).
+
+    Attributes
+    ----------
+    hot : bool
+        Functions whose loops run per step (``forward``, ``forward_*``, ``_forward*``,
+        ``*decode*``, ``compute_logits``, and functions nested in a hot one).
+    per_request : bool
+        Functions that serve a request: hot ones plus functions below module level
+        (methods, nested functions) named ``sample*``, ``*generate*``, ``*stream*``, ``step``.
+    loops : int
+        Loop / comprehension nesting depth at the current node.
+    autocast : int
+        ``torch.autocast`` contexts (``with`` or decorator) enclosing the current node.
+    training : int
+        > 0 inside code that only runs in training (``if self.training:``).
+    tensors, tensor_dicts : set of str
+        Local names known to hold a tensor / a dict of tensors (PK1xx).
+
+    Notes
+    -----
+    The other slots (``assigned``, ``pending_sync``, ``pending_seed``, ``rope``,
+    ``build``...) are family-specific state created lazily by the family modules.
     """
 
     __slots__ = (
@@ -88,6 +114,7 @@ class Frame:
         self.training = 0
 
     def enclosing_class(self) -> Frame | None:
+        """The nearest class frame at or above this one (``None`` at module level)."""
         f = self
         while f is not None and f.kind != "class":
             f = f.parent
@@ -137,9 +164,23 @@ TEST_CALLS = _merge_calls(test_markers.CALLS)
 
 
 def is_model_path(path: str) -> bool:
-    """False for test files, files under tests/, examples/, benchmarks/, scripts/, docs/, tools/,
-    and transformers-style host-side preprocessing modules (``tokenization_*``, ``processing_*``,
-    ``feature_extraction_*``, ``image_processing_*``, ``video_processing_*``)."""
+    """Whether ``path`` holds model code (where the model-code rule families apply).
+
+    Parameters
+    ----------
+    path : str
+        The file's path as given on the command line (relative or absolute).
+
+    Returns
+    -------
+    bool
+        False for test files (``test_*.py``, ``*_test.py``, ``conftest.py``), files under
+        a ``tests/``, ``test/``, ``examples/``, ``example/``, ``benchmarks/``,
+        ``benchmark/``, ``scripts/``, ``docs/`` or ``tools/`` folder, and transformers-style
+        host-side preprocessing modules (``tokenization_*``, ``processing_*``,
+        ``feature_extraction_*``, ``image_processing_*``, ``video_processing_*``); True
+        otherwise.
+    """
     p = PurePath(path)
     name = p.name
     if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
@@ -150,7 +191,29 @@ def is_model_path(path: str) -> bool:
 
 
 class Linter:
-    """Lint one parsed Python file; :meth:`run` returns its findings (before noqa)."""
+    """Lint one parsed Python file; :meth:`run` returns its findings (before noqa).
+
+    Parameters
+    ----------
+    path : str
+        Reported in the findings; decides model code vs test file
+        (:func:`is_model_path`, :func:`porting_kit.lint.test_markers.is_test_path`).
+    text : str
+        The file's source (read for the meta-device hint and ``torch`` use).
+    tree : ast.Module
+        ``ast.parse(text)``.
+    enabled : frozenset of str
+        Codes to report (:func:`porting_kit.lint.rules.select_codes`).
+
+    Attributes
+    ----------
+    findings : list of LintFinding
+        Filled by :meth:`run`, at most one per (line, code).
+    frame : Frame
+        The innermost scope at the node being visited.
+    model_code, is_test : bool
+        Which rule families apply to this file.
+    """
 
     def __init__(self, path: str, text: str, tree: ast.Module, enabled: frozenset[str]):
         self.path = path
@@ -190,7 +253,21 @@ class Linter:
 
     # ---- reporting -------------------------------------------------------
     def report(self, code: str, node: ast.AST | None, message: str, *, file_level: bool = False) -> None:
-        """Record a finding at ``node`` (1-based line/col) when ``code`` is enabled; one per line+code."""
+        """Record a finding at ``node`` when ``code`` is enabled; one per line and code.
+
+        Parameters
+        ----------
+        code : str
+            A code of :data:`porting_kit.lint.rules.RULES`.
+        node : ast.AST or None
+            Where: its ``lineno`` and ``col_offset + 1`` (1-based, as flake8 / ruff print);
+            ``None`` gives line 1, column 1.
+        message : str
+            What was found, naming the construct.
+        file_level : bool, default False
+            A finding about the whole file (missing test markers): never suppressed by
+            ``# noqa``, matched by path and code alone in the baseline.
+        """
         if code not in self.enabled:
             return
         line = getattr(node, "lineno", 1) if node is not None else 1
@@ -211,6 +288,13 @@ class Linter:
 
     # ---- traversal -------------------------------------------------------
     def run(self) -> list[LintFinding]:
+        """Traverse the file once and return its findings (unsorted, before ``# noqa``).
+
+        Returns
+        -------
+        list of LintFinding
+            Module-level PK501 seeds and the test-marker checks (PKT1xx) are settled at the end.
+        """
         self.generic(self.tree)
         global_rng.on_scope_exit(self, self.frame)
         if self.marks is not None:
@@ -218,6 +302,13 @@ class Linter:
         return self.findings
 
     def visit(self, node: ast.AST) -> None:
+        """Dispatch one node to its handler, or walk its children when it has none.
+
+        Parameters
+        ----------
+        node : ast.AST
+            Leaf nodes (names, constants, imports...) without a handler are skipped.
+        """
         handler = self.dispatch.get(node.__class__)
         if handler is not None:
             handler(self, node)
@@ -225,6 +316,13 @@ class Linter:
             self.generic(node)
 
     def generic(self, node: ast.AST) -> None:
+        """Visit the child nodes of ``node`` in field order (the fields worth visiting only).
+
+        Parameters
+        ----------
+        node : ast.AST
+            Any node; identifier/string fields (``id``, ``attr``, ``names``...) are not walked.
+        """
         cls = node.__class__
         fields = _CHILD_FIELDS.get(cls)
         if fields is None:
@@ -251,6 +349,13 @@ class Linter:
                     self.generic(value)
 
     def visit_list(self, nodes: list) -> None:
+        """:meth:`visit` each node of ``nodes`` in order, skipping ``None`` entries.
+
+        Parameters
+        ----------
+        nodes : list of ast.AST or None
+            E.g. a body, decorator list or ``kw_defaults`` (which holds ``None``).
+        """
         for item in nodes:
             if item is not None:
                 self.visit(item)
@@ -429,8 +534,27 @@ class Linter:
 def lint_source(path: str, text: str, enabled: frozenset[str]) -> list[LintFinding]:
     """Lint Python source ``text`` (reported as ``path``); findings sorted, ``# noqa`` applied.
 
-    A file that does not parse yields one ``PK000`` finding at the error's
-    position; it never raises.
+    Parameters
+    ----------
+    path : str
+        Reported in every finding; decides which families apply (:func:`is_model_path`).
+    text : str
+        The file's source.
+    enabled : frozenset of str
+        Codes to report (:func:`porting_kit.lint.rules.select_codes`).
+
+    Returns
+    -------
+    list of LintFinding
+        Sorted by (path, line, col, code), ``# noqa`` lines removed
+        (:func:`porting_kit.lint.finding.apply_noqa`).
+
+    Notes
+    -----
+    A file that does not parse (syntax error, null bytes, too deeply nested) yields one
+    ``PK000`` finding at the error's position (when ``PK000`` is enabled), as pre-commit's
+    ``check-ast`` does; it never raises. The recursion limit is raised to 20000 for the
+    traversal and restored afterwards.
     """
     try:
         tree = ast.parse(text, filename=path)

@@ -14,9 +14,19 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9]+(?:[\s,]+[A-Za-z0-9]+)
 class LintFinding:
     """A rule violation at one place in one file.
 
-    ``line`` and ``col`` are 1-based (the flake8 / ruff convention).
-    ``file_level`` marks findings about the whole file (missing test markers):
-    the baseline matches them by path and code only.
+    Attributes
+    ----------
+    path : str
+        As given on the command line.
+    line, col : int
+        1-based (the flake8 / ruff convention).
+    code : str
+        A code of :data:`porting_kit.lint.rules.RULES` (``PK301``, ``PKY102``...).
+    message : str
+        What was found; :meth:`format` appends the rule's fix.
+    file_level : bool, default False
+        A finding about the whole file (missing test markers): the baseline matches it
+        by path and code only, and ``# noqa`` does not suppress it.
     """
 
     path: str
@@ -27,19 +37,35 @@ class LintFinding:
     file_level: bool = False
 
     def format(self) -> str:
-        """``path:line:col: CODE message (fix: ...)``."""
+        """The finding as one output line.
+
+        Returns
+        -------
+        str
+            ``path:line:col: CODE message (fix: ...)``, the flake8 / ruff shape plus the rule's fix.
+        """
         return f"{self.path}:{self.line}:{self.col}: {self.code} {self.message} (fix: {fix_for(self.code)})"
 
     def sort_key(self) -> tuple:
+        """``(path, line, col, code)``: report order."""
         return (self.path, self.line, self.col, self.code)
 
 
 def noqa_codes(line_text: str) -> frozenset[str] | None:
     """Codes a ``# noqa`` comment on ``line_text`` suppresses.
 
-    Returns ``None`` when the line has no noqa comment, an empty set for a
-    bare ``# noqa`` (suppresses every code, as in flake8), else the upper-cased
-    codes listed after ``# noqa:`` (each also suppresses codes it prefixes).
+    Parameters
+    ----------
+    line_text : str
+        One source line (the comment is found by a text search, so a ``# noqa`` inside a
+        string literal counts too).
+
+    Returns
+    -------
+    frozenset of str or None
+        ``None`` when the line has no noqa comment, an empty set for a bare ``# noqa``
+        (suppresses every code, as in flake8), else the upper-cased codes listed after
+        ``# noqa:`` (each also suppresses codes it prefixes).
     """
     if "noqa" not in line_text and "NOQA" not in line_text and "Noqa" not in line_text:
         return None
@@ -55,8 +81,18 @@ def noqa_codes(line_text: str) -> frozenset[str] | None:
 def apply_noqa(findings: list[LintFinding], lines: list[str]) -> list[LintFinding]:
     """Drop findings whose line carries ``# noqa`` or ``# noqa: CODE`` naming them.
 
-    ``lines`` is the file split into lines (index 0 is line 1). File-level
-    findings and PK000/PKY000 are never suppressed.
+    Parameters
+    ----------
+    findings : list of LintFinding
+    lines : list of str
+        The file split into lines (index 0 is line 1).
+
+    Returns
+    -------
+    list of LintFinding
+        The kept findings, order unchanged. File-level findings, codes ending in ``000``
+        (``PK000`` / ``PKY000``: the file does not parse) and findings on a line outside
+        ``lines`` are always kept.
     """
     kept = []
     for f in findings:

@@ -72,7 +72,16 @@ CALLS.update({name: _sampling for name in _SAMPLING + _INPLACE})
 
 
 def on_scope_exit(lin, frame) -> None:
-    """Report the seeds of a function / module that does not restore the RNG state."""
+    """Report the seeds of a function / module that does not restore the RNG state (PK501).
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    frame : porting_kit.lint.engine.Frame
+        The scope being left; its ``pending_seed`` calls are reported unless it or an
+        enclosing function calls a state save/restore (``fork_rng``, ``get_rng_state`` /
+        ``set_rng_state``, ``np.random.get_state`` / ``set_state``...).
+    """
     if not frame.pending_seed:
         return
     f = frame

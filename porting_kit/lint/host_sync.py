@@ -67,7 +67,17 @@ CALLS["synchronize"] = _synchronize
 
 
 def on_scope_exit(lin, frame) -> None:
-    """A ``*stream*`` function turned out to be a generator: report its deferred syncs."""
+    """A ``*stream*`` function turned out to be a generator: report its deferred syncs.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    frame : porting_kit.lint.engine.Frame
+        The function being left. Its ``pending_sync`` entries (PK301 / PK302 found in
+        loops of a ``*stream*`` / ``*chunk*`` / ``*generate*`` function) are reported only
+        when it is a generator method of a module-like class (it defines ``forward`` or
+        a base's name contains ``Module`` / ``Model``).
+    """
     if frame.pending_sync and _stream_generator(frame):
         for code, node, message in frame.pending_sync:
             lin.report(code, node, message)

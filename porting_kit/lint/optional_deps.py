@@ -46,7 +46,18 @@ def _patch_in(body: list[ast.stmt]) -> ast.AST | None:
 
 
 def on_try(lin, node: ast.Try) -> None:
-    """Module- or class-level ``try`` (the engine skips function bodies)."""
+    """Report PK801 for a module- or class-level ``try`` whose import fallback patches.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+        Called only outside function bodies (the engine skips those).
+    node : ast.Try
+        Considered when its body imports something; the first handler that catches an
+        import error (``ImportError``, ``ModuleNotFoundError``, ``Exception``,
+        ``BaseException``, ``OSError`` or a bare ``except``) and patches (module
+        docstring) is reported at the patching statement, once per ``try``.
+    """
     if not any(s.__class__ in (ast.Import, ast.ImportFrom) for s in node.body):
         return
     for handler in node.handlers:

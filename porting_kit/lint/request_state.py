@@ -63,6 +63,18 @@ def _keyed_by_request(lin, key: ast.AST) -> bool:
 
 
 def on_subscript(lin, node: ast.Subscript) -> None:
+    """PK202 for a ``[_omni_req_id]`` lookup anywhere; PK201 / PK204 inside ``forward()``.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    node : ast.Subscript
+        Inside ``forward`` / ``forward_*`` / ``_forward*``, a subscript of a ``self``
+        attribute whose name has a state word (``gens``, ``cache``, ``state``...): a
+        constant key is PK201 (strings and ``None`` always; ints only for per-request
+        names), a store under a key that mentions no request id (directly or through a
+        local assigned in ``forward``) is PK204.
+    """
     key = node.slice
     if const_str(key) == LEGACY_KEY:
         lin.report("PK202", node, f"`{LEGACY_KEY}` is never set by the engine; the lookup always misses")
@@ -99,6 +111,14 @@ CALLS = {"get": _dict_call, "pop": _dict_call, "setdefault": _dict_call}
 
 
 def on_boolop(lin, node: ast.BoolOp) -> None:
+    """PK203 for ``a or b or id(...)``: a request key that falls back to an object id.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    node : ast.BoolOp
+        Flagged when it is an ``or`` whose last operand is a call of the builtin ``id``.
+    """
     last = node.values[-1]
     if isinstance(node.op, ast.Or) and last.__class__ is ast.Call and last.func.__class__ is ast.Name \
             and last.func.id == "id":
@@ -106,7 +126,15 @@ def on_boolop(lin, node: ast.BoolOp) -> None:
 
 
 def on_assign(lin, node: ast.AST) -> None:
-    """Remember simple assignments in forward() so PK204 can see what a key was built from."""
+    """Remember simple assignments in forward() so PK204 can see what a key was built from.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    node : ast.Assign or ast.AnnAssign
+        Plain-name targets only; stored in ``lin.frame.assigned`` (name -> value node),
+        the last assignment winning.
+    """
     if not _in_forward(lin) or node.value is None:
         return
     frame = lin.frame

@@ -72,6 +72,16 @@ CALLS = {"register_buffer": _register_buffer, "copy_": _copy}
 
 
 def on_assign(lin, node: ast.AST) -> None:
+    """Note writes of ``self.inv_freq`` / ``self.original_inv_freq`` in the enclosing class.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    node : ast.Assign or ast.AnnAssign
+        ``self.original_inv_freq = ...`` marks the transformers contract; an assignment to
+        an attribute ending in ``inv_freq`` in a method other than ``__init__`` marks the
+        class as re-initialising its buffer.
+    """
     targets = node.targets if node.__class__ is ast.Assign else [node.target]
     for target in targets:
         if target.__class__ is not ast.Attribute:
@@ -88,6 +98,23 @@ def on_assign(lin, node: ast.AST) -> None:
 
 
 def on_class_exit(lin, frame) -> None:
+    """Report PK701 for a class's non-persistent ``inv_freq`` that nothing re-initialises.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    frame : porting_kit.lint.engine.Frame
+        The class frame being left (its ``rope`` slot holds the :class:`RopeState`).
+
+    Notes
+    -----
+    A class that keeps ``original_inv_freq`` (or defines
+    ``compute_default_rope_parameters``) is fine only when its name contains
+    ``RotaryEmbedding``: transformers' ``PreTrainedModel._init_weights`` recognises rotary
+    modules by that name and ``original_inv_freq`` (transformers 5, ``modeling_utils.py``).
+    Other classes are flagged only in files :meth:`Linter.meta_hint` says are built on
+    the meta device.
+    """
     state = frame.rope
     if state is None or not state.candidates or state.reinit:
         return

@@ -30,7 +30,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Rule:
-    """One lint rule: its code, a one-line summary and the fix-it hint."""
+    """One lint rule: its code, a one-line summary and the fix-it hint.
+
+    Attributes
+    ----------
+    code : str
+        Stable code (``PK301``); the prefix names the family (module table above).
+    summary : str
+        What it flags, one line (``porting-kit lint --list`` and ``docs/lint_rules.md``).
+    fix : str
+        What to do instead; appended to every finding as ``(fix: ...)``.
+    """
 
     code: str
     summary: str
@@ -103,17 +113,48 @@ RULES: dict[str, Rule] = {r.code: r for r in (
 
 
 def fix_for(code: str) -> str:
-    """Return the fix-it hint of ``code`` (``KeyError`` for an unknown code)."""
+    """Return the fix-it hint of ``code``.
+
+    Parameters
+    ----------
+    code : str
+        A key of :data:`RULES`.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    KeyError
+        ``code`` is not a known rule.
+    """
     return RULES[code].fix
 
 
 def select_codes(select: list[str] | None, ignore: list[str] | None) -> frozenset[str]:
     """Resolve ``--select`` / ``--ignore`` into the set of enabled codes.
 
-    Each entry is a code or a code prefix (``PK3`` enables ``PK301`` and
-    ``PK302``; ``PKY`` all deploy-YAML rules). ``PK000`` / ``PKY000`` (the file
-    does not parse) are enabled whenever any code of the same language is.
-    Raises ``ValueError`` naming an entry that matches no code.
+    Parameters
+    ----------
+    select : list of str or None
+        Codes or code prefixes to enable (``PK3`` enables ``PK301`` and ``PK302``;
+        ``PKY`` all deploy-YAML rules); case-insensitive, blanks ignored. ``None`` or
+        empty enables every rule.
+    ignore : list of str or None
+        Codes or prefixes removed afterwards (ignore wins over select).
+
+    Returns
+    -------
+    frozenset of str
+        ``PK000`` / ``PKY000`` (the file does not parse) are added whenever any code of
+        the same language (Python ``PK<digit>`` / ``PKT``; YAML ``PKY``) is enabled and
+        they are not ignored explicitly.
+
+    Raises
+    ------
+    ValueError
+        An entry matches no code (the CLI turns it into exit 2).
     """
     def expand(entries: list[str]) -> set[str]:
         out: set[str] = set()

@@ -32,7 +32,19 @@ class MarkState:
 
 
 def is_test_path(path: str) -> bool:
-    """``test_*.py`` / ``*_test.py`` with a ``tests`` directory in its path."""
+    """Whether ``path`` is a test file that needs CI markers.
+
+    Parameters
+    ----------
+    path : str
+        As given on the command line.
+
+    Returns
+    -------
+    bool
+        True for ``test_*.py`` / ``*_test.py`` with a ``tests`` directory somewhere among
+        its parent folders.
+    """
     p = PurePath(path)
     name = p.name
     if not (name.startswith("test_") or name.endswith("_test.py")) or not name.endswith(".py"):
@@ -41,6 +53,16 @@ def is_test_path(path: str) -> bool:
 
 
 def on_attribute(lin, node: ast.Attribute) -> None:
+    """Note a ``<x>.mark.<name>`` / ``mark.<name>`` tier or hardware marker.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+        A test file's linter (``lin.marks`` set).
+    node : ast.Attribute
+        Any attribute access; counted when ``node.attr`` is a tier marker
+        (:data:`TIER_MARKS`) or a hardware marker (:data:`HARDWARE_MARKS`).
+    """
     attr = node.attr
     if attr not in TIER_MARKS and attr not in HARDWARE_MARKS:
         return
@@ -61,6 +83,18 @@ CALLS = {name: _helper for name in HARDWARE_HELPERS}
 
 
 def on_file_end(lin) -> None:
+    """Report PKT101 / PKT102 (file-level) when the file used no tier / hardware marker.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+        A test file's linter after the traversal.
+
+    Notes
+    -----
+    The marker sets follow vLLM-Omni's ``tools/pre_commit/check_test_marks.py`` and its
+    ``tests/helpers/mark.py`` helpers (``hardware_test``, ``hardware_marks``).
+    """
     if not lin.marks.tier:
         lin.report("PKT101", None, "test file has no CI tier marker, so no CI job selects it",
                    file_level=True)

@@ -65,7 +65,22 @@ def _is_tensor_annotation(node: ast.AST | None) -> bool:
 
 
 def is_tensor_expr(frame, node: ast.AST) -> bool:
-    """True when ``node`` certainly evaluates to a tensor in ``frame``."""
+    """True when ``node`` certainly evaluates to a tensor in ``frame``.
+
+    Parameters
+    ----------
+    frame : porting_kit.lint.engine.Frame
+        Supplies the local names known to be tensors (``frame.tensors``).
+    node : ast.AST
+        A name in ``frame.tensors``, a ``torch.<factory>(...)`` call
+        (:data:`TENSOR_FACTORIES`), a tensor method (:data:`TENSOR_METHODS`) called on a
+        tensor expression, or a binary operation with a tensor operand.
+
+    Returns
+    -------
+    bool
+        False whenever it is not certain (a false alarm is worse than a miss).
+    """
     cls = node.__class__
     if cls is ast.Name:
         return node.id in frame.tensors
@@ -84,6 +99,18 @@ def is_tensor_expr(frame, node: ast.AST) -> bool:
 
 
 def on_function_enter(lin, frame, node: ast.FunctionDef) -> None:
+    """Seed ``frame.tensors`` with the parameters annotated ``Tensor``.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    frame : porting_kit.lint.engine.Frame
+        The new function frame.
+    node : ast.FunctionDef or ast.AsyncFunctionDef
+        Parameters annotated ``Tensor`` / ``torch.Tensor`` (optionally ``| None`` /
+        ``Optional[...]``, also as strings) count, unless their default is a non-``None``
+        constant (``flag: Tensor | None = False``: the annotation is wrong).
+    """
     args = node.args
     positional = args.posonlyargs + args.args
     defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
@@ -97,6 +124,17 @@ def on_function_enter(lin, frame, node: ast.FunctionDef) -> None:
 
 
 def on_assign(lin, node: ast.AST) -> None:
+    """Track which local names hold a tensor / a dict with tensor values.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+        Only function frames are tracked.
+    node : ast.Assign or ast.AnnAssign
+        Plain-name targets: added to ``frame.tensors`` when annotated ``Tensor`` or the
+        value is a tensor expression (:func:`is_tensor_expr`), removed otherwise; added to
+        ``frame.tensor_dicts`` when the value is a dict display with a tensor value.
+    """
     frame = lin.frame
     if frame.kind != "func":
         return
@@ -168,7 +206,24 @@ def _narrowed(node: ast.AST) -> str | None:
 
 
 def isinstance_split(test: ast.AST, frame) -> tuple[set[str], set[str]]:
-    """Tensor names that are *not* tensors in the body / the else branch of ``if isinstance(x, T):``."""
+    """Tensor names that are *not* tensors in the body / the else branch of an isinstance test.
+
+    For ``if isinstance(x, T):`` with ``x`` a known tensor name.
+
+    Parameters
+    ----------
+    test : ast.AST
+        The ``if`` statement's test.
+    frame : porting_kit.lint.engine.Frame
+        ``x`` must be in ``frame.tensors`` for anything to be dropped.
+
+    Returns
+    -------
+    body_drop : set of str
+        ``{x}`` when ``T`` does not mention ``Tensor`` (``x`` is a list, str... in the body).
+    else_drop : set of str
+        ``{x}`` when ``T`` mentions ``Tensor`` (``x`` is not a tensor in the else branch).
+    """
     if test.__class__ is ast.Call and test.func.__class__ is ast.Name and test.func.id == "isinstance" \
             and len(test.args) == 2 and test.args[0].__class__ is ast.Name and test.args[0].id in frame.tensors:
         name = {test.args[0].id}
@@ -182,6 +237,13 @@ def on_boolop(lin, node: ast.BoolOp) -> None:
     ``d.get(k) or {}`` (a container or scalar literal last) says the value is
     not a tensor; only names known to be tensors are checked then. In
     ``isinstance(x, list) and x`` the name is narrowed and not checked.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    node : ast.BoolOp
+        Each operand but the last may be reported as PK101 (a ``.get()`` that can return a
+        tensor) or PK102 (a tensor name).
     """
     typed = _typed_default(node.values[-1])
     narrowed: set[str] = set()
@@ -196,7 +258,17 @@ def on_boolop(lin, node: ast.BoolOp) -> None:
 
 
 def on_test(lin, node: ast.AST) -> None:
-    """``node`` is a condition (``if``/``while``/ternary/``assert``/``not``)."""
+    """Check a condition for tensor truthiness (PK101 / PK102).
+
+    ``node`` is the test of an ``if`` / ``while`` / ternary / ``assert``, or a ``not`` operand.
+
+    Parameters
+    ----------
+    lin : porting_kit.lint.engine.Linter
+    node : ast.AST
+        The condition. For a ``BoolOp`` only its last operand is checked here (the others
+        by :func:`on_boolop`), unless an earlier ``isinstance`` narrowed that name.
+    """
     while node.__class__ is ast.BoolOp:
         narrowed = {_narrowed(v) for v in node.values[:-1]}
         node = node.values[-1]  # the others are checked by on_boolop

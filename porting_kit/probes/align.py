@@ -32,8 +32,21 @@ from porting_kit.errors import InputError
 class AlignedPair:
     """A reference module call and the candidate module call that computes the same thing.
 
+    Attributes
+    ----------
+    reference : Record
+        The reference's module call (its ``out`` sketch is compared).
+    candidate : Record
+        The candidate's module call.
+    source : str
+        Which alignment source paired them, in order of trust: ``"module_map"``,
+        ``"weights"``, ``"parent"`` or ``"order"`` (see the module docstring).
+
+    Notes
+    -----
     ``comparable`` is False when their output shapes differ (e.g. a model root
-    returning logits vs hidden states); such pairs are listed, not compared.
+    returning logits vs hidden states) or either has no floating output; such pairs
+    are listed, not compared.
     """
 
     reference: Record
@@ -42,13 +55,24 @@ class AlignedPair:
 
     @property
     def comparable(self) -> bool:
+        """True when both calls have a sketched output of one shape (then they are compared)."""
         r, c = self.reference.out, self.candidate.out
         return r is not None and c is not None and r.shape == c.shape
 
 
 @dataclass
 class Alignment:
-    """Result of :func:`align`: pairs in reference completion order, and what is left."""
+    """Result of :func:`align`: pairs in reference completion order, and what is left.
+
+    Attributes
+    ----------
+    pairs : list of AlignedPair
+        Sorted by the reference record's ``end`` (children before parents).
+    unaligned_reference : list of Record
+        Reference calls no source paired, in capture order.
+    unaligned_candidate : list of Record
+        Candidate calls no source paired, in capture order.
+    """
 
     pairs: list[AlignedPair]
     unaligned_reference: list[Record]
@@ -68,7 +92,22 @@ _KINDS = (
 
 
 def kind(rec: Record) -> str:
-    """Coarse kind of a module from its class name and last name component."""
+    """Coarse kind of a module from its class name and last name component.
+
+    Parameters
+    ----------
+    rec : Record
+        A captured module call; ``rec.type`` (class name) is tried first, then the last
+        component of ``rec.name``, each lower-cased, against the keyword table.
+
+    Returns
+    -------
+    str
+        One of ``"rotary"``, ``"norm"``, ``"attention"``, ``"mlp"``, ``"embedding"``,
+        ``"linear"``, ``"activation"``, ``"layer"`` (first match in that order), else
+        the class name itself. Used by the ``order`` source, which matches calls of equal
+        kind and equal output shape.
+    """
     t = rec.type.lower()
     leaf = rec.name.rsplit(".", 1)[-1].lower()
     for k, keys in _KINDS:

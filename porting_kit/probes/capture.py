@@ -48,9 +48,23 @@ _MATRICES: dict[tuple, Any] = {}
 class Summary:
     """Sketch of one tensor (see module docstring).
 
-    After the pass: ``proj`` is a CPU float32 tensor of 64 numbers, ``norm`` the
-    estimated 2-norm (``||proj|| / 8``), ``nonfinite`` 1 when the tensor held NaN/Inf
-    (0 otherwise)."""
+    Attributes
+    ----------
+    shape : tuple of int
+        Shape of the sketched tensor as produced (e.g. ``(batch, seq, hidden)``).
+    dtype : str
+        Its dtype without ``torch.`` (``"bfloat16"``).
+    numel : int
+        Number of elements.
+    slot : int, default -1
+        Row of the pass's sketch buffer holding it; ``-1`` before a pass wrote it.
+    norm : float, default 0.0
+        Estimated 2-norm of the tensor, ``||proj|| / 8`` (non-finite entries counted as 0).
+    nonfinite : int, default 0
+        1 when the tensor held NaN/Inf (the sketch is then non-finite), else 0.
+    proj : torch.Tensor [shape=(64,), float32, CPU] or None
+        The sketch ``(S @ x) @ R`` flattened; ``None`` until the pass ends.
+    """
 
     shape: tuple[int, ...]
     dtype: str
@@ -166,11 +180,25 @@ def _floating(t) -> bool:
 
 
 def coarse_names(model) -> set[str] | None:
-    """The modules of ``model`` that a first, coarse pass hooks: every module that is not
-    inside a repeated block. A repeated block is a child with children of its own of a
-    ``ModuleList`` / ``Sequential`` holding several modules (``model.layers.3``); the block is
-    kept, its insides are not. ``None`` when the model has no such stack (hook everything).
+    """The modules of ``model`` that a first, coarse pass hooks.
 
+    Every module that is not inside a repeated block. A repeated block is a child with
+    children of its own of a ``ModuleList`` / ``Sequential`` holding two or more modules
+    (``model.layers.3``); the block is kept, its insides are not.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Walked with ``named_modules()``.
+
+    Returns
+    -------
+    set of str or None
+        Module names as ``named_modules`` gives them (``""`` is the root). ``None`` when
+        the model has no such stack (hook everything).
+
+    Notes
+    -----
     One hook per decoder layer instead of fifteen keeps Python hook overhead small next to
     a GPU forward; the insides of the first block that differs are captured in a second,
     fine pass (:mod:`porting_kit.checks.parity`).
@@ -190,7 +218,19 @@ def coarse_names(model) -> set[str] | None:
 
 
 def subtree_names(model, root: str) -> set[str]:
-    """``root`` and every module below it (names as ``named_modules`` gives them)."""
+    """``root`` and every module below it (names as ``named_modules`` gives them).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+    root : str
+        Qualified module name; ``""`` (the root) selects every module.
+
+    Returns
+    -------
+    set of str
+        Empty when ``root`` is not a module of ``model``.
+    """
     return {n for n, _ in model.named_modules()
             if n == root or root == "" or n.startswith(root + ".")}
 
@@ -199,14 +239,40 @@ def subtree_names(model, root: str) -> set[str]:
 def capture_summaries(model, records: list[Record], *, prefix: str = "",
                       output_permutation: dict[str, Any] | None = None,
                       only: set[str] | None = None) -> Iterator[None]:
-    """Hook the modules of ``model`` (all, or those named in ``only``); each call appends a
-    :class:`Record` to ``records``.
-
-    ``output_permutation`` maps module names whose output features are a reordering of
-    the reference's (see :class:`porting_kit.load.WeightLoad`) to that reordering.
+    """Hook the modules of ``model``; each call appends a :class:`Record` to ``records``.
 
     Use as ``with capture_summaries(model, recs): run(model, inputs)``; the hooks are
     removed on exit and the sketches copied to the host in one transfer.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Sketch matrices live on the device of its first parameter (CPU without one).
+    records : list of Record
+        Appended to in completion order (children before parents); ``Record.end`` is the
+        index in this list. The ``Summary`` fields ``proj``/``norm``/``nonfinite`` are
+        filled only when the ``with`` block exits normally.
+    prefix : str, default ""
+        Prepended to every module name in the records (to keep two models apart).
+    output_permutation : dict of str to torch.LongTensor, optional
+        Module name (with ``prefix``) -> ``perm`` [shape=(features,)] when that module's
+        output features are a reordering of the reference's (see
+        :class:`porting_kit.load.WeightLoad`); its sketch then uses ``R[perm]``, so it is
+        comparable with the reference's sketch.
+    only : set of str, optional
+        Names (without ``prefix``) of the modules to hook, e.g. :func:`coarse_names`;
+        ``None`` hooks all.
+
+    Yields
+    ------
+    None
+        The body runs under ``torch.no_grad()``.
+
+    Notes
+    -----
+    Only the first floating/complex tensor of each output is sketched
+    (:func:`porting_kit.probes.compare.first_tensor`); an output with none gets
+    ``out=None``.
     """
     import torch
 
@@ -259,8 +325,22 @@ def _finalize(records: list[Record], sketcher: _Sketcher) -> None:
 
 
 def estimate_rel_err(ref: Summary, cand: Summary) -> float:
-    """``||P(a) - P(b)|| / ||P(b)||``: the projected estimate of ``||a-b|| / ||b||``
-    (reference ``b``). ``inf`` when shapes differ."""
+    """Projected estimate of the relative error ``||a - b|| / ||b||`` (reference ``b``).
+
+    Parameters
+    ----------
+    ref : Summary
+        Sketch of the reference tensor ``b`` (after the pass: ``proj`` set).
+    cand : Summary
+        Sketch of the candidate tensor ``a``, same shape.
+
+    Returns
+    -------
+    float
+        ``||P(a) - P(b)|| / ||P(b)||`` (unitless; typically within ~20 % of the true
+        ratio, see the module docstring). ``inf`` when shapes differ; the absolute
+        ``||P(a) - P(b)||`` when ``||P(b)|| == 0``; NaN when either sketch is non-finite.
+    """
     if ref.shape != cand.shape or ref.proj.shape != cand.proj.shape:
         return float("inf")
     d = float((cand.proj - ref.proj).norm())
@@ -269,7 +349,18 @@ def estimate_rel_err(ref: Summary, cand: Summary) -> float:
 
 
 def estimate_abs_err(ref: Summary, cand: Summary) -> float:
-    """Projected estimate of ``||a - b||_2`` (the projection scales norms by sqrt(k))."""
+    """Projected estimate of ``||a - b||_2`` (the projection scales norms by ``sqrt(64)``).
+
+    Parameters
+    ----------
+    ref, cand : Summary
+        Sketches of the reference and candidate tensors, same shape.
+
+    Returns
+    -------
+    float
+        In the tensors' units; ``inf`` when shapes differ.
+    """
     if ref.shape != cand.shape or ref.proj.shape != cand.proj.shape:
         return float("inf")
     return float((cand.proj - ref.proj).norm()) / math.sqrt(PROJ_K)
@@ -277,8 +368,23 @@ def estimate_abs_err(ref: Summary, cand: Summary) -> float:
 
 @contextmanager
 def capture_full(model, names: set[str]) -> Iterator[dict[str, tuple[Any, Any]]]:
-    """Capture full input/output tensors (first tensor of each) of the modules whose
-    record key is in ``names``. Yields a dict ``key -> (input, output)`` filled by the pass."""
+    """Capture full input/output tensors of the modules whose record key is in ``names``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+    names : set of str
+        Record keys without a prefix: ``"layers.3.mlp"`` for the first call,
+        ``"layers.3.mlp#1"`` for the second, and so on.
+
+    Yields
+    ------
+    dict of str to (torch.Tensor or None, torch.Tensor or None)
+        ``key -> (input, output)``, filled by the pass run inside the ``with`` block:
+        detached clones of the first tensor among the positional then keyword arguments,
+        and of the first tensor of the output (any shape, on the model's device).
+        Keys whose call never happened are absent.
+    """
     import torch
 
     got: dict[str, tuple[Any, Any]] = {}

@@ -54,14 +54,32 @@ class TensorMetrics:
     max_rel_index: list[int] = field(default_factory=list)
 
     def evidence(self) -> dict[str, Any]:
-        """Flat numbers and strings for a finding's evidence (indices as tuples in text)."""
+        """Flat numbers and strings for a finding's evidence.
+
+        Returns
+        -------
+        dict
+            Every field of the dataclass; the index lists become text (``"(0, 3, 17)"``) so the
+            evidence stays flat.
+        """
         return {k: (str(tuple(v)) if isinstance(v, list) else v) for k, v in asdict(self).items()}
 
 
 def first_tensor(obj: Any):
-    """The first tensor in ``obj``: a tensor, a tuple/list, a dict or a transformers
-    ``ModelOutput`` (whose ``None`` fields, like an absent ``loss``, are skipped).
-    Returns ``None`` when there is none."""
+    """The first tensor in ``obj``, searched depth first.
+
+    Parameters
+    ----------
+    obj : Any
+        A tensor, a tuple/list, a dict or a transformers ``ModelOutput`` (an ordered dict
+        of its non-``None`` fields, so an absent ``loss`` is skipped), nested in any way.
+        Other objects (``None``, numbers, dataclasses) hold no tensor.
+
+    Returns
+    -------
+    torch.Tensor or None
+        The tensor itself (not a copy, any dtype or shape); ``None`` when there is none.
+    """
     import torch
 
     if isinstance(obj, torch.Tensor):
@@ -87,9 +105,25 @@ def quick_metrics(ref, cand, tol: Tolerance) -> TensorMetrics | None:
     """The cheap path of :func:`tensor_metrics` for the common case of a match.
 
     Walks the tensors once with a handful of fused-friendly operations per chunk
-    (difference, its norm and maximum, the elementwise bound) and returns a
-    :class:`TensorMetrics` when every element is finite and within tolerance;
-    ``None`` otherwise, and the caller computes the full report. Shapes must match.
+    (difference, its norm and maximum, the elementwise bound) and one host sync at the end.
+
+    Parameters
+    ----------
+    ref : torch.Tensor [shape=(...)]
+        Reference output.
+    cand : torch.Tensor [shape=(...)]
+        Candidate output, same number of elements (compared flattened, in float32 on
+        ``ref``'s device).
+    tol : Tolerance
+        Elementwise (``atol + rtol * |ref|``) or tensor-level (``rel``) bound.
+
+    Returns
+    -------
+    TensorMetrics or None
+        When every element is finite and within tolerance: the metrics with
+        ``mismatched=0``, ``max_abs``, ``rel_err``, and ``max_rel`` / ``cosine`` ``None``
+        and empty indices (not computed). ``None`` otherwise: the caller then runs
+        :func:`tensor_metrics` for the full report.
     """
     import torch
 
@@ -220,7 +254,25 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
 
 
 def describe_mismatch(m: TensorMetrics) -> str:
-    """One sentence in the style of ``assert_close``: counts, greatest differences and where."""
+    """One sentence in the style of ``assert_close``: counts, greatest differences and where.
+
+    Parameters
+    ----------
+    m : TensorMetrics
+        From :func:`tensor_metrics` (the full path: ``max_rel`` and ``cosine`` must be set).
+
+    Returns
+    -------
+    str
+        E.g. ``"12 / 4096 elements differ beyond tolerance; greatest absolute difference
+        0.031 at index (0, 3, 17), ... ||a-b||/||b|| = 0.02, cosine 0.999800 (float32:
+        |a-b| <= 1e-05 + 1.3e-06*|b|)"``, prefixed by the NaN/Inf counts when there are any.
+
+    Notes
+    -----
+    The wording follows ``torch.testing.assert_close``'s failure message
+    (``torch/testing/_comparison.py``, ``_make_mismatch_msg``).
+    """
     nf = ""
     if m.nonfinite_reference or m.nonfinite_candidate:
         nf = (f"NaN/Inf: {m.nonfinite_reference} in the reference, {m.nonfinite_candidate} in "

@@ -21,14 +21,28 @@ STATE_KEY = "engine_contract_suite"
 
 
 def get_suite(ctx):
-    """The :class:`~porting_kit.adapters.vllm_omni.engine.ContractSuite` of this run,
-    computed once from the spec's ``engine_model()`` and cached in ``ctx.state``.
+    """The contract suite of this run, computed once and cached in ``ctx.state``.
+
+    Parameters
+    ----------
+    ctx : porting_kit.context.CheckContext
+        Its spec's ``engine_model()`` is the model factory (called once per scenario:
+        each scenario gets a fresh model); ``ctx.device`` is where the driver puts input
+        ids and positions. The suite is stored under :data:`STATE_KEY`, shared by the
+        ``rng`` and ``lifecycle`` families.
+
+    Returns
+    -------
+    porting_kit.adapters.vllm_omni.engine.ContractSuite
+        The facts of :func:`~porting_kit.adapters.vllm_omni.engine.run_contract_suite`
+        with its defaults (4 requests, ``max_steps=256``, process RNGs seeded 0).
 
     Raises
     ------
     InputError
-        ``engine_model()`` raised, returned nothing, or the model raised while
-        being driven (the message names the engine call).
+        ``engine_model()`` raised, returned something without ``forward`` /
+        ``compute_logits``, or the model raised while being driven (the message names
+        the engine call); exit 2.
     """
     if STATE_KEY not in ctx.state:
         from porting_kit.adapters.vllm_omni.engine import EngineError, run_contract_suite
@@ -47,7 +61,22 @@ def get_suite(ctx):
 
 
 def same_chunk(a: Any, b: Any, atol: float = ATOL) -> bool:
-    """True when two chunks are tensors of one shape within ``atol``."""
+    """True when two chunks are tensors of one shape within ``atol``.
+
+    Parameters
+    ----------
+    a, b : Any
+        Two ``model_outputs`` chunks (audio samples, any float dtype; compared in float32).
+    atol : float, default ATOL (1e-6)
+        Absolute tolerance in sample units (full scale 1.0); ``rtol`` is 0. The default
+        allows float32 rounding only: a row must not depend on its batch neighbours.
+
+    Returns
+    -------
+    bool
+        False when either is not a tensor or the shapes differ; True for two empty
+        tensors of one shape.
+    """
     import torch
 
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape:
@@ -61,11 +90,29 @@ def same_chunk(a: Any, b: Any, atol: float = ATOL) -> bool:
 class Mismatch:
     """One request whose batched run differs from its solo run.
 
-    ``kind``: ``"collapse"`` (a chunk equals another request's solo chunk),
-    ``"crosstalk"`` (content differs otherwise), ``"early"`` / ``"late"`` (same
-    content, fewer / more chunks: an EOS problem). ``chunk`` is the first chunk
-    index that differs (or where the shorter run ends); ``sample`` the first
-    differing sample of the served waveform.
+    Attributes
+    ----------
+    scenario : str
+        Batch scenario name (``"interleaved"``, ``"permuted"``, ``"joining"``).
+    request_id : str
+        The request that differs.
+    kind : {"collapse", "crosstalk", "early", "late"}
+        ``"collapse"``: a chunk equals another request's solo chunk; ``"crosstalk"``:
+        content differs otherwise; ``"early"`` / ``"late"``: same content, fewer / more
+        chunks (an EOS problem).
+    chunk : int
+        First chunk index that differs (or where the shorter run ends).
+    solo_chunks, batch_chunks : int
+        Number of chunks the request received alone / in the batch.
+    sample : int
+        First differing sample of the served waveform (samples, over the common length;
+        that length when none differs).
+    max_abs_diff : float
+        Greatest ``|batched - solo|`` over the common length, in sample units.
+    other_request : str or None, default None
+        For ``collapse``: whose solo chunk was served instead.
+    other_chunk : int or None, default None
+        For ``collapse``: which chunk of ``other_request``'s solo run it equals.
     """
 
     scenario: str
@@ -81,7 +128,22 @@ class Mismatch:
 
 
 def first_diff(a, b) -> tuple[int, float]:
-    """First differing sample of two waveforms and the max |diff| over the common part."""
+    """First differing sample of two waveforms and the max |diff| over the common part.
+
+    Parameters
+    ----------
+    a, b : torch.Tensor
+        Waveforms of any shape, flattened (``[shape=(samples,)]`` for mono), compared in
+        float32 over ``min(len(a), len(b))`` samples.
+
+    Returns
+    -------
+    first : int
+        Index of the first sample with ``|a - b| > ATOL`` (1e-6); the common length when
+        none, 0 when either is empty.
+    max_abs_diff : float
+        Greatest ``|a - b|`` over the common part, in sample units (0.0 when empty).
+    """
     import torch
 
     a, b = a.reshape(-1).float(), b.reshape(-1).float()
@@ -95,10 +157,25 @@ def first_diff(a, b) -> tuple[int, float]:
 
 
 def compare_to_solo(suite) -> list[Mismatch]:
-    """Compare every request of every batch scenario with its solo run (see module docstring).
+    """Compare every request of every batch scenario with its solo run.
 
-    Requests with an unreadable chunk (``None``: no ``model_outputs``) are left to
-    ``lifecycle.missing_model_outputs``.
+    Parameters
+    ----------
+    suite : porting_kit.adapters.vllm_omni.engine.ContractSuite
+        From :func:`get_suite`.
+
+    Returns
+    -------
+    list of Mismatch
+        At most one per (scenario, request), in scenario then request order; empty when
+        every batched request got exactly its solo chunks (within :data:`ATOL`).
+
+    Notes
+    -----
+    Chunks are compared one by one (:func:`same_chunk`); at the first differing chunk the
+    solo runs of the other requests are searched for an equal non-empty chunk
+    (``collapse``). Requests with an unreadable chunk (``None``: no ``model_outputs``) are
+    left to ``lifecycle.missing_model_outputs``.
     """
     solo_chunks = {rid: sc.results[rid].chunks for rid, sc in suite.solo.items()}
     out: list[Mismatch] = []
@@ -172,9 +249,26 @@ def find_origin(segment, sources: dict[str, Any], *, probe: int = 64,
 
 
 def determinism(suite) -> tuple[bool, bool, int, float]:
-    """``(intrinsic_ok, continued_ok, first_sample, max_abs_diff)`` for the first request:
-    solo run vs. the repeat from the reset process RNG (intrinsic) and vs. the
-    repeat from the state the previous run left (through the process RNG)."""
+    """Determinism of the first request, intrinsic and through the process RNG.
+
+    Parameters
+    ----------
+    suite : porting_kit.adapters.vllm_omni.engine.ContractSuite
+        From :func:`get_suite`.
+
+    Returns
+    -------
+    intrinsic_ok : bool
+        The repeat from the reset process RNG (``solo_repeat``) equals the solo run,
+        chunk by chunk.
+    continued_ok : bool
+        The repeat from the state the previous run left (``solo_continued``) equals it.
+    first_sample : int
+        First differing sample (:func:`first_diff`) of the intrinsic repeat when that one
+        differs, else of the continued repeat.
+    max_abs_diff : float
+        Greatest ``|diff|`` of that same comparison, in sample units.
+    """
     rid = suite.requests[0].request_id
     base = suite.solo[rid].results[rid]
     rep = next(iter(suite.solo_repeat.results.values()))

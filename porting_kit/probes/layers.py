@@ -45,9 +45,24 @@ _MAX_VERIFY = 3
 
 @dataclass
 class PairStat:
-    """An aligned pair with its screened error (sketch estimates, :mod:`porting_kit.probes.capture`).
+    """An aligned pair with its screened error (sketch estimates of
+    :mod:`porting_kit.probes.capture`).
 
-    ``input_flagged`` is known only for the pair that was located (full re-run)."""
+    Attributes
+    ----------
+    pair : AlignedPair
+        The reference / candidate module calls (comparable: equal output shapes).
+    rel_err : float
+        Estimated ``||cand - ref|| / ||ref||`` of the outputs (unitless; ~20 % accurate).
+    abs_err : float
+        Estimated ``||cand - ref||_2``, in the outputs' units.
+    flagged : bool
+        Either sketch is non-finite, or ``abs_err`` exceeds
+        :meth:`Tolerance.tensor_bound` (a bound every in-tolerance pair satisfies).
+    input_flagged : bool, default False
+        The full-tensor inputs differ beyond tolerance; known only for the pair that was
+        located (full re-run).
+    """
 
     pair: AlignedPair
     rel_err: float
@@ -193,7 +208,27 @@ def _full(spec, pair: LoadedPair, ref_keys: set[str], cand_keys: set[str]):
 def get_result(ctx) -> ParityResult:
     """Run layer parity once for this context (cached in ``ctx.state['parity']``).
 
-    Raises InputError for a spec without the parity trio or a failing spec call.
+    Parameters
+    ----------
+    ctx : CheckContext
+        Its spec must define the parity trio; the loaded pair comes from
+        :func:`porting_kit.load.load_pair` (also cached there).
+
+    Returns
+    -------
+    ParityResult
+        The alignment, the screened pairs, the located first divergence (at most three
+        flagged blocks are verified with full tensors; sketch false alarms are dropped)
+        with its full-tensor metrics, the output metrics, the NaN origins and per-stage
+        timing in seconds. The tolerance is that of the reference's first parameter's
+        dtype with the spec's ``tolerances``.
+
+    Raises
+    ------
+    InputError
+        A spec without the parity trio, a failing spec call, weights that cannot be
+        loaded, a forward that raises or returns no tensor, bad ``tolerances`` or
+        ``module_map`` (exit 2).
     """
     if "parity" in ctx.state:
         return ctx.state["parity"]
@@ -324,9 +359,22 @@ def names_text(records, limit: int = 12) -> str:
 
 
 def alignment_table(result: ParityResult) -> list[dict[str, Any]]:
-    """Rows for notebooks and the JSON extras: one per aligned pair (reference
-    completion order): names, types, how it was aligned, estimated relative
-    error of output and input, flagged or not."""
+    """Rows for notebooks and the JSON extras, one per aligned pair.
+
+    Parameters
+    ----------
+    result : ParityResult
+        From :func:`get_result`.
+
+    Returns
+    -------
+    list of dict
+        In reference completion order: ``order`` (int), ``reference`` / ``candidate``
+        (record keys, ``<root>`` for the root), ``reference_type`` / ``candidate_type``,
+        ``source`` (how it was aligned), ``shape`` (reference output shape as text),
+        ``rel_err`` (estimated relative output error, ``None`` when not compared) and
+        ``status`` (``"match"``, ``"differs"`` or ``"not compared"``).
+    """
     by_pair = {id(s.pair): s for s in result.stats}
     rows = []
     for i, p in enumerate(result.alignment.pairs):

@@ -70,11 +70,27 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     """Layer norm over the last axis (biased variance), in float64.
 
+    Parameters
+    ----------
+    x : torch.Tensor [shape=(..., D)]
+        Any float dtype; computed in float64.
+    weight : torch.Tensor [shape=(D,)], optional
+        Per-dim scale ``w``; ``None`` means ones.
+    bias : torch.Tensor [shape=(D,)], optional
+        Per-dim shift ``b``; ``None`` means zeros.
+    eps : float, default 1e-5
+        Added to the variance (``torch.nn.LayerNorm``'s default).
+
     Returns
     -------
-    torch.Tensor float64 [shape=(..., D)]: ``w * (x - mean) / sqrt(var + eps) + b``.
-    For ``x = [1, 2, 3, 4]``: about ``[-1.342, -0.447, 0.447, 1.342]``
-    (RMSNorm gives ``[0.365, 0.730, 1.095, 1.461]``).
+    torch.Tensor float64 [shape=(..., D)]
+        ``w * (x - mean) / sqrt(var + eps) + b``.
+        For ``x = [1, 2, 3, 4]``: about ``[-1.342, -0.447, 0.447, 1.342]``
+        (RMSNorm gives ``[0.365, 0.730, 1.095, 1.461]``).
+
+    Notes
+    -----
+    Ba et al. 2016; the biased variance (divide by ``D``) is ``torch.nn.LayerNorm``'s.
     """
     import torch
 
@@ -133,10 +149,24 @@ def _call(mod, x):
 
 
 def probe_rows(dim: int, dtype=None):
-    """The synthetic probe: ``(rand, alt, scales)``.
+    """The synthetic probe rows of :func:`fingerprint`.
 
-    ``rand`` [shape=(64, dim)]: normal rows with a per-row mean offset, scale 100.
-    ``alt`` [shape=(13, dim)]: ``s * (+1, -1, ...)`` for ``s = 10**linspace(-6, 0, 13)``.
+    Parameters
+    ----------
+    dim : int
+        Normalised width ``D``.
+    dtype : torch.dtype, optional
+        Unused; the rows are always float64 (callers cast).
+
+    Returns
+    -------
+    rand : torch.Tensor [shape=(64, dim), float64]
+        Normal rows plus a per-row normal mean offset, times 100 (eps negligible);
+        seeded, the same on every call.
+    alt : torch.Tensor [shape=(13, dim), float64]
+        ``s * (+1, -1, +1, ...)``: mean 0, mean square = variance = ``s^2``.
+    scales : torch.Tensor [shape=(13,), float64]
+        ``s = 10 ** linspace(-6, 0, 13)``, one per row of ``alt``.
     """
     import torch
 
@@ -224,16 +254,29 @@ def bf16_error(module, dim: int) -> float | None:
 
     Rows: the probe's normal rows at scale 1, cast to bfloat16 first so both
     runs see the same input; the float64 run uses the bfloat16-rounded
-    parameters. Per row the median of ``y_bf16 / y_f64 - 1`` is the error
-    common to the whole row, i.e. the error of the row's ``rsqrt(variance +
-    eps)``; the result is its root mean square over rows. A norm that upcasts
-    to float32 only rounds each output element (independent errors, row
-    median near 0: about 4e-4 for width 64); one that computes the variance
-    in bfloat16 rounds that per-row scalar to 8 bits (about 2e-3).
+    parameters. Per row the median of ``y_bf16 / y_f64 - 1`` (over elements above
+    1e-3 of the row's largest) is the error common to the whole row, i.e. the error
+    of the row's ``rsqrt(variance + eps)``; the result is its root mean square over rows.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        A norm module; deep-copied twice (to bfloat16 and float64 on the CPU), never modified.
+    dim : int
+        Its normalised width ``D``.
 
     Returns
     -------
-    float, or None when the module cannot run in bfloat16 / float64.
+    float or None
+        Unitless relative error. ``None`` when the module cannot run in bfloat16 /
+        float64 or no row gives a finite median.
+
+    Notes
+    -----
+    A norm that upcasts to float32 (HF ``LlamaRMSNorm``: ``hidden_states.to(torch.float32)``)
+    only rounds each output element (independent errors, row median near 0: about 4e-4
+    for width 64); one that computes the variance in bfloat16 rounds that per-row scalar
+    to 8 bits (about 2e-3).
     """
     import torch
 
@@ -293,7 +336,24 @@ def _blocks(model) -> dict[str, Any]:
 
 @contextmanager
 def capture_norm_calls(model, sites: list[NormSite]) -> Iterator[list[NormCall]]:
-    """Record the norm calls of one forward of ``model`` (no tensors are kept)."""
+    """Record the norm calls of one forward of ``model`` (no tensors are kept).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Every element of every ``ModuleList`` is a block; a pre-hook notes each block's
+        floating tensor inputs.
+    sites : list of NormSite
+        The norms to hook (from :func:`porting_kit.locate.find_norms` on ``model``).
+
+    Yields
+    ------
+    list of NormCall
+        Filled, in call order, by the forward run inside the ``with`` block. For the
+        first call in a block of a norm whose ``dim`` equals the last axis of one of the
+        block's inputs, ``fed_block_input`` tells whether its input is exactly
+        (``torch.equal``) that block input: True for a pre-norm block, False for post-norm.
+    """
     import torch
 
     calls: list[NormCall] = []

@@ -111,9 +111,19 @@ def layout_permutation(head_dim: int):
     middle axes): Meta dim ``2i`` is HF dim ``i`` and Meta dim ``2i+1`` is HF
     dim ``i + head_dim/2``.
 
+    Parameters
+    ----------
+    head_dim : int
+        Dims of one attention head; even.
+
     Returns
     -------
     torch.Tensor [shape=(head_dim,), int64]
+        ``[0, h, 1, h + 1, ..., h - 1, 2h - 1]`` with ``h = head_dim // 2``.
+
+    Notes
+    -----
+    Source: transformers ``models/llama/convert_llama_weights_to_hf.py``, ``permute``.
     """
     import torch
 
@@ -171,6 +181,18 @@ def garbage_reason(inv_freq) -> str | None:
     position at ``i = 0`` (``base ** 0 = 1``; scaling only lowers it). A
     non-persistent ``inv_freq`` left by meta-device init / ``to_empty()`` is
     uninitialised memory: zeros, denormals, NaN or arbitrary values.
+
+    Parameters
+    ----------
+    inv_freq : torch.Tensor [shape=(rotary_dim // 2,)]
+        Radians per position as stored (any float dtype; compared in float64).
+
+    Returns
+    -------
+    str or None
+        One clause for the finding's message (``"3 of 32 values are NaN/Inf"``), checked
+        in that order: non-finite, non-positive, ``inv_freq[0] > 1 + 1e-3`` rad/position,
+        increasing by more than a relative 1e-6 anywhere.
     """
     import torch
 
@@ -213,8 +235,22 @@ def capture_qk(model, limit: int = 1) -> Iterator[list[QKCapture]]:
 
     Catches ``torch.nn.functional.scaled_dot_product_attention`` and, for eager
     attention, the first 4-D ``matmul(q, k^T)`` of each module call (shapes
-    ``(B, H, T, D) @ (B, H, D, S)``). 3-D SDPA inputs ``(H, T, D)`` get a batch
-    axis.
+    ``(B, H, T, D) @ (B, H, D, S)``) through a :class:`torch.overrides.TorchFunctionMode`.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Every submodule gets a pre/post forward hook, to know which module is running.
+    limit : int, default 1
+        Attention calls to record; later calls are ignored.
+
+    Yields
+    ------
+    list of QKCapture
+        Filled by the forward run inside the ``with`` block: ``q``
+        [shape=(batch, heads, seq, head_dim)] and ``k`` [shape=(batch, kv_heads, seq,
+        head_dim)] as detached clones after RoPE (for ``matmul`` the ``k^T`` operand is
+        transposed back). 3-D SDPA inputs ``(heads, seq, head_dim)`` get a batch axis of 1.
     """
     import torch
     import torch.nn.functional as F
@@ -278,9 +314,19 @@ def capture_qk(model, limit: int = 1) -> Iterator[list[QKCapture]]:
 def capture_cos_sin(module) -> Iterator[list[tuple[Any, Any, Any]]]:
     """Record ``(cos, sin, position_ids)`` each time an HF-style rotary module runs.
 
-    HF ``*RotaryEmbedding.forward(x, position_ids) -> (cos, sin)``, both
-    ``(B, T, rotary_dim)`` in rotate-half form (``cat(freqs, freqs)``),
-    already multiplied by ``attention_scaling``.
+    Parameters
+    ----------
+    module : torch.nn.Module
+        An HF ``*RotaryEmbedding``: ``forward(x, position_ids) -> (cos, sin)``.
+
+    Yields
+    ------
+    list of (torch.Tensor, torch.Tensor, torch.Tensor or None)
+        Per call, detached clones of ``cos`` and ``sin`` [shape=(batch, seq, rotary_dim)]
+        in rotate-half form (``cat(freqs, freqs)``), already multiplied by
+        ``attention_scaling``, and ``position_ids`` [shape=(batch, seq)] (positional or
+        keyword; ``None`` when not given). Calls returning anything but a 2-tuple of
+        tensors are skipped.
     """
     import torch
 
@@ -303,13 +349,27 @@ def capture_cos_sin(module) -> Iterator[list[tuple[Any, Any, Any]]]:
 
 @dataclass
 class Structure:
-    """One way the candidate may pair dims: layout, weight-map permutation, rotary dims."""
+    """One way the candidate may pair dims: layout, weight-map permutation, rotary dims.
+
+    Attributes
+    ----------
+    layout : {"rotate_half", "interleaved"}
+        ``rotate_half`` pairs dims ``(i, i + rotary_dim/2)`` (GPT-NeoX, transformers'
+        ``rotate_half``); ``interleaved`` pairs ``(2i, 2i + 1)`` (GPT-J, Meta's
+        ``apply_rotary_emb`` complex form).
+    permuted : bool
+        The reference's pre-rotary vectors are first reordered with
+        :func:`layout_permutation` (the q/k weight permutation of HF's Llama conversion).
+    rotary_dim : int
+        Dims rotated per head (even); ``rotary_dim..head_dim`` pass through.
+    """
 
     layout: str
     permuted: bool
     rotary_dim: int
 
     def describe(self) -> str:
+        """The structure in words: ``"interleaved over 64 dims through the q/k permutation"``."""
         p = " through the q/k permutation" if self.permuted else ""
         return f"{self.layout} over {self.rotary_dim} dims{p}"
 
@@ -373,8 +433,22 @@ def measure_rotation(pre, post, structure: Structure) -> RotationFit:
 
 
 def structures(head_dim: int, reference_rotary_dim: int) -> list[Structure]:
-    """The pairings tried: 2 layouts x {plain, permuted} x rotary dims
-    (the reference's, ``head_dim``, ``head_dim/2``, ``head_dim/4``, ``3 head_dim/4``)."""
+    """The pairings :func:`measure_rotation` tries.
+
+    Parameters
+    ----------
+    head_dim : int
+        Dims of one attention head.
+    reference_rotary_dim : int
+        Rotated dims of the reference (``head_dim * partial_rotary_factor``), tried first.
+
+    Returns
+    -------
+    list of Structure
+        2 layouts x {plain, permuted} x rotary dims (the reference's, ``head_dim``,
+        ``head_dim/2``, ``head_dim/4``, ``3 head_dim/4``; even, >= 2, <= ``head_dim``,
+        no repeats). ``permuted`` only with ``rotary_dim == head_dim``.
+    """
     dims = []
     for r in (reference_rotary_dim, head_dim, head_dim // 2, head_dim // 4, 3 * head_dim // 4):
         if r >= 2 and r % 2 == 0 and r <= head_dim and r not in dims:
@@ -423,7 +497,18 @@ def undo_reference_rotation(post, cos, sin):
 
 
 def wrap(angle):
-    """Angles wrapped to ``(-pi, pi]``."""
+    """Angles wrapped to ``[-pi, pi)``.
+
+    Parameters
+    ----------
+    angle : torch.Tensor [shape=(...)]
+        Radians.
+
+    Returns
+    -------
+    torch.Tensor
+        ``remainder(angle + pi, 2 pi) - pi``, same shape and dtype.
+    """
     import torch
 
     return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
@@ -464,10 +549,29 @@ def reference_inv_freq(site: RotarySite, base: float | None = None, scaled: bool
     on a copy of the HF rotary module's config, so every scaling type HF knows
     (linear, dynamic, yarn, llama3, longrope) is reproduced exactly.
 
+    Parameters
+    ----------
+    site : RotarySite
+        A reference rotary table; ``site.module`` must be an HF rotary module (a
+        ``config`` attribute and a ``compute_default_rope_parameters`` classmethod).
+    base : float, optional
+        ``rope_theta`` to use instead of the config's (the "what would base b give"
+        question of ``rope.theta_mismatch``).
+    scaled : bool, default True
+        False drops the scaling (``rope_type="default"``, keeping
+        ``partial_rotary_factor``), for ``rope.scaling_ignored``.
+
     Returns
     -------
-    torch.Tensor [shape=(rotary_dim // 2,), float64] or None when the module
-    has no HF config.
+    torch.Tensor [shape=(rotary_dim // 2,), float64] or None
+        Radians per position; ``None`` when the module has no HF config or
+        transformers cannot rebuild it from the modified config.
+
+    Notes
+    -----
+    transformers 5 ``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` and
+    ``*RotaryEmbedding.compute_default_rope_parameters`` (the config's
+    ``rope_parameters`` dict).
     """
     import copy
 
@@ -503,7 +607,21 @@ def reference_inv_freq(site: RotarySite, base: float | None = None, scaled: bool
 
 
 def rope_parameters(site: RotarySite) -> dict[str, Any]:
-    """``rope_theta`` and ``rope_type`` (+ factor) of an HF rotary module's config, or {}."""
+    """``rope_theta`` and ``rope_type`` (+ factor) of an HF rotary module's config, or {}.
+
+    Parameters
+    ----------
+    site : RotarySite
+        Its ``module.config`` is read (transformers 5 ``rope_parameters`` dict first,
+        then the older ``rope_theta`` attribute).
+
+    Returns
+    -------
+    dict
+        ``{"rope_theta": float, "rope_type": str}`` plus ``"factor"`` when the
+        parameters have one; ``rope_theta`` is absent when neither place gives it.
+        ``{}`` when the module has no ``config``.
+    """
     cfg = getattr(site.module, "config", None)
     if cfg is None:
         return {}

@@ -55,21 +55,42 @@ class Tolerance:
 
     @property
     def elementwise(self) -> bool:
+        """True for the elementwise dtypes (fp32 / fp64: ``rel`` is ``None``)."""
         return self.rel is None
 
     def tensor_bound(self, numel: int, ref_norm: float) -> float:
-        """Upper bound on ``||a - b||_2`` implied by the tolerance for a tensor of
-        ``numel`` elements whose reference has 2-norm ``ref_norm``.
+        """Upper bound on ``||a - b||_2`` implied by the tolerance.
 
-        Elementwise: if every element satisfies ``|a-b| <= atol + rtol|b|`` then
+        Parameters
+        ----------
+        numel : int
+            Elements in the tensor (``n``); values below 1 count as 1.
+        ref_norm : float
+            2-norm of the reference tensor, ``||b||``, in the tensor's units.
+
+        Returns
+        -------
+        float
+            Elementwise: ``atol * sqrt(n) + rtol * ||b||``. Tensor-level: ``rel * ||b||``.
+
+        Notes
+        -----
+        If every element satisfies ``|a-b| <= atol + rtol|b|`` then
         ``||a-b|| <= atol*sqrt(n) + rtol*||b||`` (triangle inequality), so a larger
-        norm proves a violation. Tensor-level: ``rel * ||b||``.
+        (sketched) norm proves a violation without the full tensors.
         """
         if self.rel is not None:
             return self.rel * ref_norm
         return self.atol * math.sqrt(max(numel, 1)) + self.rtol * ref_norm
 
     def describe(self) -> str:
+        """The tolerance in words, for messages and evidence.
+
+        Returns
+        -------
+        str
+            ``"float32: |a-b| <= 1e-05 + 1.3e-06*|b|"`` or ``"bfloat16: ||a-b||/||b|| <= 0.02"``.
+        """
         if self.rel is not None:
             return f"{self.dtype}: ||a-b||/||b|| <= {self.rel:g}"
         return f"{self.dtype}: |a-b| <= {self.atol:g} + {self.rtol:g}*|b|"
@@ -84,17 +105,43 @@ DEFAULTS: dict[str, Tolerance] = {
 
 
 def dtype_name(dtype: Any) -> str:
-    """``torch.float32`` -> ``"float32"``."""
+    """The dtype's name without the ``torch.`` prefix: ``torch.float32`` -> ``"float32"``.
+
+    Parameters
+    ----------
+    dtype : torch.dtype or str
+        A dtype or its name (a name passes through unchanged).
+
+    Returns
+    -------
+    str
+    """
     return str(dtype).replace("torch.", "")
 
 
 def tolerance_for(dtype: Any, overrides: dict[str, dict[str, float]] | None = None) -> Tolerance:
     """The tolerance for ``dtype`` (a torch dtype or its name), with the spec's overrides.
 
+    Parameters
+    ----------
+    dtype : torch.dtype or str
+        The compared tensors' dtype. A dtype with no default (integers, complex) gets
+        the float32 tolerance.
+    overrides : dict of str to dict of str to float, optional
+        The spec's ``tolerances``: dtype name -> any of ``rtol``, ``atol``, ``rel``
+        (giving ``rel`` makes that dtype's check tensor-level). Every key is validated,
+        not only ``dtype``'s.
+
+    Returns
+    -------
+    Tolerance
+        :data:`DEFAULTS` (``torch.testing.assert_close``'s fp32/fp64 defaults; measured
+        bf16/fp16 ``rel``, see the module docstring) with the override's fields replaced.
+
     Raises
     ------
     InputError
-        When an override names an unknown field or dtype.
+        When an override names an unknown field or dtype (exit 2).
     """
     name = dtype_name(dtype)
     tol = DEFAULTS.get(name, DEFAULTS["float32"])

@@ -26,8 +26,14 @@ EXIT_OK, EXIT_FAULT, EXIT_INPUT = 0, 1, 2
 class Where:
     """Where a finding is located.
 
-    ``reference`` / ``candidate`` are module names (``model.layers.0.self_attn``)
-    or ``None``; ``samples`` is ``[start, end)`` in audio samples or ``None``.
+    Attributes
+    ----------
+    reference : str or None, default None
+        Reference module name (``model.layers.0.self_attn``), or ``None``.
+    candidate : str or None, default None
+        Candidate module name (``layers.0.attention``), or ``None``.
+    samples : list of int or None, default None
+        ``[start, end)`` in audio samples of the compared waveform, or ``None``.
     """
 
     reference: str | None = None
@@ -74,19 +80,55 @@ class Finding:
             raise ValueError(f"code {self.code!r} must start with its check prefix {self.check!r}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The finding as JSON data.
+
+        Returns
+        -------
+        dict
+            The seven fields (``where`` as a dict); evidence values made JSON-safe: NaN/Inf as
+            strings, tensors/arrays as lists, other objects as ``str``.
+        """
         d = asdict(self)
         d["evidence"] = {k: _jsonable(v) for k, v in self.evidence.items()}
         return d
 
 
 def ok(check: str, message: str = "", evidence: dict[str, Any] | None = None) -> Finding:
-    """The single ``<check>.ok`` pass finding of a family that ran and found nothing."""
+    """The single ``<check>.ok`` pass finding of a family that ran and found nothing.
+
+    Parameters
+    ----------
+    check : str
+        The family prefix (``"parity"``, ``"hop"``...).
+    message : str, default ""
+        One sentence; empty gives ``"<check>: no fault found."``.
+    evidence : dict, optional
+        Flat numbers and strings (e.g. the measured margin); default ``{}``.
+
+    Returns
+    -------
+    Finding
+        ``code="<check>.ok"``, ``status="pass"``.
+    """
     return Finding(check, f"{check}.ok", "pass", message or f"{check}: no fault found.",
                    evidence or {})
 
 
 def skip(check: str, reason: str) -> Finding:
-    """The single ``<check>.skipped`` finding of a family that could not run; ``reason`` says why."""
+    """The single ``<check>.skipped`` finding of a family that could not run.
+
+    Parameters
+    ----------
+    check : str
+        The family prefix.
+    reason : str
+        One sentence saying why it could not run (what the spec lacks).
+
+    Returns
+    -------
+    Finding
+        ``code="<check>.skipped"``, ``status="skip"`` (does not change the exit code).
+    """
     return Finding(check, f"{check}.skipped", "skip", reason)
 
 
@@ -107,8 +149,25 @@ def _jsonable(v: Any) -> Any:
 class Report:
     """The result of one command: findings, first divergence, timing.
 
-    ``status`` is ``fail`` iff some finding has status ``fail``. ``timing`` is
-    the only non-deterministic part (seconds per stage).
+    Attributes
+    ----------
+    command : str
+        ``"check"``, ``"audio"``, ``"baseline"``, ``"lint"``...: the JSON's ``command``.
+    findings : list of Finding
+        In the order the families ran.
+    first_divergence : dict or None
+        ``{"reference_module", "candidate_module", "metric": {...}, "order"}`` set by the
+        parity family, or ``None``.
+    timing : dict of str to float
+        Seconds per stage; the only non-deterministic part of the JSON.
+    extras : dict
+        Data for notebooks and plots (not serialised): e.g. the aligned-module table.
+
+    Notes
+    -----
+    ``status`` is ``"fail"`` iff some finding has status ``fail``; ``exit_code`` is then 1
+    (``EXIT_FAULT``), else 0. Exit 2 (``EXIT_INPUT``) never comes from a report: it is an
+    :class:`~porting_kit.errors.InputError` raised before one exists.
     """
 
     command: str
@@ -120,20 +179,54 @@ class Report:
 
     @property
     def status(self) -> str:
+        """``"fail"`` iff some finding has status ``fail``, else ``"pass"`` (warn and skip pass)."""
         return "fail" if any(f.status == "fail" for f in self.findings) else "pass"
 
     @property
     def exit_code(self) -> int:
+        """1 (``EXIT_FAULT``) when :attr:`status` is ``"fail"``, else 0 (``EXIT_OK``)."""
         return EXIT_FAULT if self.status == "fail" else EXIT_OK
 
     def codes(self, status: str | None = None) -> list[str]:
-        """Codes of all findings (or only those with ``status``), in report order."""
+        """Codes of all findings (or only those with ``status``), in report order.
+
+        Parameters
+        ----------
+        status : {"pass", "fail", "warn", "skip"}, optional
+            Keep only findings with this status; ``None`` keeps all.
+
+        Returns
+        -------
+        list of str
+            May repeat a code that several findings carry.
+        """
         return [f.code for f in self.findings if status is None or f.status == status]
 
     def by_code(self, code: str) -> list[Finding]:
+        """The findings whose code is ``code``, in report order.
+
+        Parameters
+        ----------
+        code : str
+            A full code, e.g. ``"rope.theta_mismatch"`` (no prefix matching).
+
+        Returns
+        -------
+        list of Finding
+            Empty when none.
+        """
         return [f for f in self.findings if f.code == code]
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as the ``porting-kit/report/1`` JSON object (DESIGN.md).
+
+        Returns
+        -------
+        dict
+            ``schema``, ``command``, ``status``, ``first_divergence`` (``None`` or its record,
+            metric values JSON-safe), ``findings`` (:meth:`Finding.to_dict`) and ``timing``
+            (seconds, rounded to 1 us). :attr:`extras` is not serialised.
+        """
         fd = None
         if self.first_divergence is not None:
             fd = {k: (_jsonable(v) if k != "metric" else {mk: _jsonable(mv) for mk, mv in v.items()})
@@ -148,7 +241,21 @@ class Report:
         }
 
     def write_json(self, path: str | Path) -> None:
-        """Write the report (schema ``porting-kit/report/1``) atomically to ``path``."""
+        """Write the report (schema ``porting-kit/report/1``) atomically to ``path``.
+
+        Parameters
+        ----------
+        path : str or Path
+            Destination; replaced atomically (:func:`porting_kit.fsutil.atomic_write_text`),
+            UTF-8, two-space indent, trailing newline. NaN/Inf evidence values are written as
+            strings.
+
+        Raises
+        ------
+        OSError
+            The folder cannot be written (the CLI checks the path first with
+            :func:`porting_kit.fsutil.check_output_path`).
+        """
         from porting_kit.fsutil import atomic_write_text
 
         atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")

@@ -22,7 +22,22 @@ def _where(f) -> str:
 
 
 def print_report(report: Report, console: Console | None = None, *, title: str | None = None) -> None:
-    """Print the findings table, the first divergence and the overall status."""
+    """Print the findings table, the hints, the first divergence and the overall status.
+
+    Parameters
+    ----------
+    report : Report
+        What to show; not modified.
+    console : rich.console.Console, optional
+        Where to print; default a new ``Console()`` on stdout.
+    title : str, optional
+        Table title; default ``"porting-kit <command>"``.
+
+    Notes
+    -----
+    Hints are printed for ``fail`` / ``warn`` findings only; ``where`` shows
+    ``ref:`` / ``cand:`` module names and a ``samples start..end`` range when set.
+    """
     console = console or Console()
     table = Table(title=title or f"porting-kit {report.command}", show_lines=False)
     table.add_column("status")

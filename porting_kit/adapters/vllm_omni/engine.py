@@ -127,7 +127,19 @@ def capture_rng_state() -> dict[str, Any]:
 
 
 def rng_state_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """Names (from :data:`RNG_NAMES`) of the RNGs whose state differs between two snapshots."""
+    """Names of the RNGs whose state differs between two snapshots.
+
+    Parameters
+    ----------
+    before, after : dict
+        Snapshots from :func:`capture_rng_state`.
+
+    Returns
+    -------
+    list of str
+        A subset of :data:`RNG_NAMES`, in that order. CUDA and numpy are compared only when
+        both snapshots hold them.
+    """
     import torch
 
     changed = []
@@ -149,7 +161,13 @@ def rng_state_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
-    """Put back a snapshot taken by :func:`capture_rng_state`."""
+    """Put back a snapshot taken by :func:`capture_rng_state`.
+
+    Parameters
+    ----------
+    state : dict
+        From :func:`capture_rng_state`; CUDA / numpy entries that are ``None`` are left alone.
+    """
     import torch
 
     torch.set_rng_state(state["torch_cpu"])
@@ -163,9 +181,21 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 
 def model_stop_token(model: Any) -> int:
-    """The stop token the pipeline's ``stop_token_ids`` backstop uses for ``model``: its
-    ``stop_token_ids`` (first entry), ``eos_token_id`` or module-level ``EOS_TOKEN_ID``
-    (the scaffold's skeleton), else :data:`DEFAULT_EOS_TOKEN_ID`."""
+    """The stop token the pipeline's ``stop_token_ids`` backstop uses for ``model``.
+
+    Parameters
+    ----------
+    model : object
+        The generator-style model.
+
+    Returns
+    -------
+    int
+        The first entry of its ``stop_token_ids``, else an int ``eos_token_id`` /
+        ``stop_token_id`` attribute, else the module-level ``EOS_TOKEN_ID`` of the model's
+        module (the scaffold's skeleton), else :data:`DEFAULT_EOS_TOKEN_ID` (2, the
+        ``stop_token_ids`` of vLLM-Omni 0.30.0 ``model_executor/models/moss_tts_nano/pipeline.py``).
+    """
     import sys
 
     ids = getattr(model, "stop_token_ids", None)
@@ -183,6 +213,14 @@ def model_stop_token(model: Any) -> int:
 def seed_process_rngs(seed: int = 0) -> None:
     """Put every process RNG in a fixed state (torch CPU/CUDA, numpy, ``random``).
 
+    Parameters
+    ----------
+    seed : int, default 0
+        Passed to ``torch.manual_seed`` (also every initialised CUDA device),
+        ``random.seed`` and ``numpy.random.seed``.
+
+    Notes
+    -----
     The checks call this before each scenario run, so a model that (wrongly) draws
     from the global RNG is still reproducible run to run -- and its fault then
     shows as crosstalk between interleaved requests, as it does in a seeded server.
@@ -312,8 +350,14 @@ class RequestResult:
     sample_rate: int | None = None
 
     def waveform(self):
-        """The served waveform: all chunks concatenated along the last axis
-        (``[shape=(samples,)]`` for a mono model), float32 on CPU."""
+        """The served waveform: all chunks concatenated along the last axis.
+
+        Returns
+        -------
+        torch.Tensor [shape=(samples,)] for a mono model
+            float32 (as served) on the CPU; ``None`` and empty chunks are skipped; chunks of
+            inconsistent shapes are flattened first. Empty float32 tensor when none.
+        """
         import torch
 
         parts = [c.detach().to("cpu") for c in self.chunks if c is not None and c.numel() > 0]
@@ -367,15 +411,24 @@ class EngineDriver:
     eos_token_id : int, optional
         Stop token. Default: the model's own (:func:`model_stop_token`), else 2, the
         MOSS-TTS-Nano pipeline's ``stop_token_ids``.
-    order : str
-        ``"fifo"`` (arrival order) or ``"shuffle"`` (rows permuted every step).
-    max_steps : int
+    order : {"fifo", "shuffle"}, default "fifo"
+        ``"fifo"`` (arrival order) or ``"shuffle"`` (rows permuted every step, as vLLM's
+        persistent ``InputBatch`` condenses and reorders rows).
+    max_steps : int, default 256
         Backstop (the ``max_tokens`` of the deploy config): a request still
         running after this many steps ends with ``finished_by="max_steps"``.
-    track_rng : bool
+    track_rng : bool, default True
         Record which process RNGs each model call changed.
-    device : str
+    device : str, default "cpu"
         Where input ids and positions are created.
+    shuffle_seed : int, default 1234
+        Seed of the local ``random.Random`` that shuffles rows (``shuffle_seed + step``);
+        the global RNG is never used.
+
+    Raises
+    ------
+    ValueError
+        ``order`` is neither ``"fifo"`` nor ``"shuffle"``.
 
     Notes
     -----
@@ -467,16 +520,41 @@ class EngineDriver:
         return info
 
     def add_request(self, req: EngineRequest) -> None:
-        """Queue a request; it joins the batch at ``req.arrival_step`` (or the next step)."""
+        """Queue a request; it joins the batch at ``req.arrival_step`` (or the next step).
+
+        Parameters
+        ----------
+        req : EngineRequest
+            Its ``additional_information`` dict (``text``, ``global_request_id``, ``seed``,
+            ``extra`` keys, each a one-element list) is built when it joins.
+
+        Raises
+        ------
+        ValueError
+            A request with the same id was already added to this driver.
+        """
         if req.request_id in self.results:
             raise ValueError(f"duplicate request id {req.request_id!r}")
         self.results[req.request_id] = RequestResult(req.request_id)
         self._pending.append(req)
 
     def abort(self, request_id: str) -> None:
-        """Abort a running request: it leaves the batch and is passed to
-        ``on_requests_finished`` at the start of the next step (as a client
-        disconnect / ``abort_requests`` does)."""
+        """Abort a running request.
+
+        It leaves the batch and is passed to ``on_requests_finished`` at the start of the
+        next step (as a client disconnect / ``abort_requests`` does); its result gets
+        ``finished_by="abort"``.
+
+        Parameters
+        ----------
+        request_id : str
+            A request now in the batch.
+
+        Raises
+        ------
+        ValueError
+            The request is not running (pending, finished or unknown).
+        """
         if request_id not in self._running:
             raise ValueError(f"request {request_id!r} is not running")
         self._running.remove(request_id)
@@ -554,11 +632,33 @@ class EngineDriver:
         return eos, logits_rows
 
     def dummy_run(self, num_reqs: int = 2, *, num_tokens: int | None = None) -> list[ForwardCall]:
-        """The warm-up / profile calls: ``runtime_additional_information=[]`` with
-        ``num_tokens`` input ids (AR runner ``_dummy_run``), then -- when the model
-        defines ``get_dummy_runtime_additional_information`` -- ``num_reqs`` rows
-        flagged ``_is_dummy`` (generation runner ``_dummy_run``). Each is followed by
-        ``compute_logits`` on its rows. Returns the two (or one) :class:`ForwardCall`."""
+        """The warm-up / profile calls of vLLM-Omni's runners.
+
+        First ``runtime_additional_information=[]`` with ``num_tokens`` input ids (AR runner
+        ``_dummy_run``, ``worker/gpu_model_runner.py``), then -- when the model defines
+        ``get_dummy_runtime_additional_information`` -- ``num_reqs`` rows flagged
+        ``_is_dummy`` (``worker/gpu_generation_model_runner.py: _dummy_run``). Each is followed
+        by ``compute_logits`` on its rows.
+
+        Parameters
+        ----------
+        num_reqs : int, default 2
+            Dummy rows asked of ``get_dummy_runtime_additional_information``.
+        num_tokens : int, optional
+            Input ids of the profile call; default ``num_reqs``.
+
+        Returns
+        -------
+        list of ForwardCall
+            The two (or one) calls, ``step=-1``, kinds ``"profile"`` then ``"dummy"``; also
+            appended to :attr:`calls`. For the profile call only the presence of the
+            ``model_outputs`` key is checked (no per-row outputs).
+
+        Raises
+        ------
+        EngineError
+            The model raised in one of the calls.
+        """
         import torch
 
         num_tokens = num_tokens or num_reqs
@@ -657,8 +757,27 @@ class EngineDriver:
         return call
 
     def run(self, *, until_idle: bool = True, steps: int | None = None) -> dict[str, RequestResult]:
-        """Step until every request finished (and ``on_requests_finished`` was
-        delivered for the last ones), or for ``steps`` steps. Returns :attr:`results`."""
+        """Step until every request finished, or for ``steps`` steps.
+
+        Parameters
+        ----------
+        until_idle : bool, default True
+            Stop once nothing runs or waits and ``on_requests_finished`` was delivered for
+            the last finished requests (one more step after the last EOS).
+        steps : int, optional
+            Run exactly this many steps (``until_idle`` is then ignored). Without it at most
+            ``max_steps + 64`` steps run.
+
+        Returns
+        -------
+        dict of str to RequestResult
+            :attr:`results` (every request added so far, not only those of this call).
+
+        Raises
+        ------
+        EngineError
+            The model raised during a step.
+        """
         n = 0
         limit = steps if steps is not None else self.max_steps + 64
         while n < limit:
@@ -674,11 +793,27 @@ def run_requests(model: Any, requests: Sequence[EngineRequest], *, order: str = 
                                                                      list[ForwardCall]]:
     """Submit ``requests`` to a fresh :class:`EngineDriver` around ``model`` and run to idle.
 
+    Parameters
+    ----------
+    model : object
+        The generator-style model (reused as is: its state carries over from earlier runs).
+    requests : sequence of EngineRequest
+    order : {"fifo", "shuffle"}, default "fifo"
+    max_steps : int, default 256
+        Per-request step backstop.
+    device : str, default "cpu"
+
     Returns
     -------
     results : dict
         request id -> :class:`RequestResult`.
     calls : list of ForwardCall
+        Every model call in step order.
+
+    Raises
+    ------
+    EngineError
+        The model raised (the message names the call).
     """
     with EngineDriver(model, order=order, max_steps=max_steps, device=device) as drv:
         for req in requests:
@@ -702,7 +837,20 @@ DEFAULT_REQUESTS = (
 
 @dataclass
 class Scenario:
-    """One run of a set of requests through a fresh model and driver."""
+    """One run of a set of requests through a driver (see :func:`run_contract_suite`).
+
+    Attributes
+    ----------
+    name : str
+        ``"solo:<request id>"``, ``"solo_repeat"``, ``"solo_continued"``, ``"interleaved"``,
+        ``"permuted"``, ``"joining"`` or ``"serial_after_abort"``.
+    results : dict of str to RequestResult
+        Request id -> what it received.
+    calls : list of ForwardCall
+        Every model call of the run, in order.
+    description : str, default ""
+        One line for reports.
+    """
 
     name: str
     results: dict[str, RequestResult]
@@ -714,9 +862,21 @@ class Scenario:
 class AbortProbe:
     """Three requests in flight, the middle one aborted through ``on_requests_finished``.
 
-    ``before_*`` is measured after the requests ran two steps, ``after_*`` after
-    the step that delivered the abort; ``has_on_requests_finished`` says whether
-    the model defines the hook at all.
+    Attributes
+    ----------
+    aborted : str
+        Id of the aborted request (the second-longest text of the three longest).
+    survivors : list of str
+        The other two.
+    before_generators, after_generators : int
+        Live Python generators held by the model after the first step (before the abort)
+        and after the step that delivered the abort.
+    before_temp_files, after_temp_files : list of str
+        Files in the driver's temp directory at the same two moments.
+    has_on_requests_finished : bool
+        Whether the model defines the hook at all.
+    survivors_running : int
+        Survivors still in the batch after the abort step (2 when the abort hurt neither).
     """
 
     aborted: str
@@ -731,7 +891,33 @@ class AbortProbe:
 
 @dataclass
 class ContractSuite:
-    """Facts from every scenario (see :func:`run_contract_suite`)."""
+    """Facts from every scenario (see :func:`run_contract_suite`).
+
+    Attributes
+    ----------
+    requests : list of EngineRequest
+        The requests used (default :func:`default_requests`).
+    solo : dict of str to Scenario
+        Request id -> that request alone (serially on one model).
+    solo_repeat, solo_continued : Scenario
+        The first request again on the same model, from the reset process RNG /
+        from the state the previous run left.
+    batches : list of Scenario
+        ``interleaved``, ``permuted``, ``joining``.
+    serial_after_abort : Scenario
+        Request 0 aborted after two steps, then request 1 alone on the same model.
+    serial_aborted : str
+        Request 0's id.
+    serial_abort_step : int
+        Engine step at which it was aborted.
+    abort : AbortProbe
+    dummy : list of ForwardCall
+        The profile / ``_is_dummy`` calls on a fresh model.
+    dummy_generators, dummy_temp_files : int
+        Live generators and temp files left after the dummy calls.
+    sample_rate : int or None
+        Hz, from the first solo result that reported ``multimodal_outputs["sr"]``.
+    """
 
     requests: list[EngineRequest]
     solo: dict[str, Scenario]
@@ -759,7 +945,18 @@ class ContractSuite:
 
 
 def default_requests(n: int = 4) -> list[EngineRequest]:
-    """``n`` (<= 4) seeded requests of different lengths: :data:`DEFAULT_REQUESTS`."""
+    """``n`` seeded requests of different lengths: :data:`DEFAULT_REQUESTS`.
+
+    Parameters
+    ----------
+    n : int, default 4
+        How many of the four to take (a larger ``n`` still gives four).
+
+    Returns
+    -------
+    list of EngineRequest
+        Ids ``req-a``..``req-d``, seeds 11, 22, 33, 44, all ``arrival_step=0``.
+    """
     return [EngineRequest(rid, text, seed) for rid, text, seed in DEFAULT_REQUESTS[:n]]
 
 
@@ -776,9 +973,26 @@ def run_contract_suite(model_factory: Callable[[], Any], requests: Sequence[Engi
                        *, max_steps: int = 256, device: str = "cpu", rng_seed: int = 0) -> ContractSuite:
     """Run every scenario the RNG-isolation and lifecycle checks need.
 
-    Each scenario gets a fresh model from ``model_factory`` and starts from the
-    same process RNG state (:func:`seed_process_rngs`); the caller's RNG state is
-    restored at the end.
+    Each scenario gets a fresh model from ``model_factory`` (the solo runs and their
+    repeats share one) and starts from the same process RNG state
+    (:func:`seed_process_rngs`); the caller's RNG state is restored at the end.
+
+    Parameters
+    ----------
+    model_factory : callable
+        ``model_factory() -> model``; the model places itself on its device.
+    requests : sequence of EngineRequest, optional
+        At least 3; default :func:`default_requests` (4).
+    max_steps : int, default 256
+        Per-request step backstop of every driver.
+    device : str, default "cpu"
+        Where input ids and positions are created.
+    rng_seed : int, default 0
+        Seed given to :func:`seed_process_rngs` before each scenario.
+
+    Returns
+    -------
+    ContractSuite
 
     Scenarios
     ---------
@@ -791,19 +1005,23 @@ def run_contract_suite(model_factory: Callable[[], Any], requests: Sequence[Engi
     batches
         ``interleaved`` (all join at step 0, fifo rows), ``permuted`` (rows
         shuffled every step), ``joining`` (two at step 0, the others join at
-        steps 2 and 3, rows shuffled).
+        steps 2, 3, ..., rows shuffled).
     serial_after_abort
         request 0 runs two steps and is aborted, then request 1 runs alone on the
         same model (a stale per-request state would hand it request 0's rest).
     abort
-        three requests in flight, the middle one aborted (:class:`AbortProbe`).
+        the three longest requests in flight, the middle one aborted after one step
+        (:class:`AbortProbe`).
     dummy
         the profile and ``_is_dummy`` calls on a fresh model.
 
     Raises
     ------
+    ValueError
+        Fewer than 3 requests.
     EngineError
-        The model raised during a call (the message names the call).
+        The model raised during a call, or the factory returned an object without
+        ``forward`` / ``compute_logits`` (the message names the call).
     """
     reqs = list(requests) if requests is not None else default_requests(4)
     if len(reqs) < 3:
