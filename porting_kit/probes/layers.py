@@ -175,7 +175,7 @@ def _locate(spec, pair: LoadedPair, stats: list[PairStat], first: PairStat,
     got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in group},
                          {s.pair.candidate.key for s in group})
 
-    def metrics(st: PairStat, which: int) -> dict | None:
+    def metrics(st: PairStat, which: int) -> TensorMetrics | None:
         r = got_r.get(st.pair.reference.key, (None, None))[which]
         c = got_c.get(st.pair.candidate.key, (None, None))[which]
         if r is None or c is None or tuple(r.shape) != tuple(c.shape):
