@@ -351,7 +351,7 @@ def _safe_target(root: Path, rel: str) -> Path:
 def _registration_edits(root: Path, ctx: dict) -> list[tuple[str, str, str | None]]:
     """``(relative path, new text, old text or None)`` for every registration file
     that needs lines added (``--into``)."""
-    from porting_kit.adapters.vllm_omni.schema import registry as reg
+    from porting_kit.adapters.vllm_omni import registry as reg
 
     m = ctx["model_type"]
     edits = []

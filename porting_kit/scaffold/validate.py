@@ -341,7 +341,7 @@ def check_test_markers(root: Path, rel: str) -> list[Finding]:
 
 def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool = True) -> list[Finding]:
     """Strict checks + (when importable) the real vLLM-Omni loading path."""
-    from porting_kit.adapters.vllm_omni.schema import schema as vo
+    from porting_kit.adapters.vllm_omni import schema as vo
 
     files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items() if k.split(":", 1)[0] != "test"}
     tests = [v for k, v in manifest["files"].items() if k.startswith("test:")]
