@@ -129,7 +129,7 @@ def _root(ctx: typer.Context,
 @app.command()
 def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (default: the embedded example)."),
           example: str | None = typer.Option(None, "--example", "-e",
-                                                help="Embedded example, optionally with a variant: tts, tts:qk_not_permuted."),
+                                                help="Embedded example, optionally with a variant: tts, tts:qkv_shard_order (see porting-kit examples)."),
           variant: str | None = typer.Option(None, "--variant", help="Planted-fault variant declared by the spec."),
           only: str | None = typer.Option(None, "--only", help="Comma-separated families: config,parity,rope,norm,hop,channel,dtype,rng,lifecycle."),
           json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here."),
@@ -206,13 +206,15 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
 
 
 _SPEC_HELP = "Port spec .py file (default: the embedded example)."
-_EXAMPLE_HELP = "Embedded example, optionally with a variant: tts, tts:audio_interleaved_flatten."
+_EXAMPLE_HELP = "Embedded example, optionally with a variant: tts, tts:audio_hop_trim (default: tts)."
 _BASELINE_DIR_HELP = "Baseline folder (clips + sidecars)."
 
 
 @baseline_app.command("record")
 def baseline_record(spec: Path | None = typer.Argument(None, help=_SPEC_HELP),
-                    example: str | None = typer.Option(None, "--example", "-e", help=_EXAMPLE_HELP),
+                    example: str | None = typer.Option(None, "--example", "-e",
+                                                       help="Embedded example whose reference is recorded "
+                                                            "(default: tts)."),
                     out: Path = typer.Option(Path("reference_audio"), "--out", help=_BASELINE_DIR_HELP),
                     force: bool = typer.Option(False, "--force", help="Replace an existing baseline (a .bak is kept).")):
     """Save the reference's audio with a sidecar (sample rate, seed, inputs, sha256, versions)."""
