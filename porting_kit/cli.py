@@ -129,9 +129,12 @@ def _root(ctx: typer.Context,
 @app.command()
 def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (default: the embedded example)."),
           example: str | None = typer.Option(None, "--example", "-e",
-                                                help="Embedded example, optionally with a variant: tts, tts:qkv_shard_order (see porting-kit examples)."),
+                                             help="Embedded example, optionally with a variant: tts, "
+                                                  "tts:qkv_shard_order (see porting-kit examples)."),
           variant: str | None = typer.Option(None, "--variant", help="Planted-fault variant declared by the spec."),
-          only: str | None = typer.Option(None, "--only", help="Comma-separated families: config,parity,rope,norm,hop,channel,dtype,rng,lifecycle."),
+          only: str | None = typer.Option(None, "--only",
+                                          help="Comma-separated families: "
+                                               "config,parity,rope,norm,hop,channel,dtype,rng,lifecycle."),
           json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here."),
           device: str = typer.Option("cpu", "--device", help="Torch device: cpu, cuda, cuda:1."),
           dtype: str | None = typer.Option(None, "--dtype", help="Serving dtype: float32, bfloat16, float16."),
