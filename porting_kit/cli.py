@@ -88,7 +88,9 @@ def _progress(description: str, total: int | None = None) -> Iterator[Callable[.
     if total is not None:
         columns += [BarColumn(), MofNCompleteColumn()]
     columns.append(TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True) as prog:
+    # no stdout/stderr redirection: what the block prints must stay on its own stream
+    with Progress(*columns, console=err_console, transient=True, redirect_stdout=False,
+                  redirect_stderr=False) as prog:
         task = prog.add_task(description, total=total)
 
         def update(text: str | None = None, done: int | None = None, finished: bool = False) -> None:

@@ -191,3 +191,17 @@ def test_every_rule_is_documented_with_bad_and_good_examples():
         assert "Bad:" in body and "Good:" in body and "**Fix:**" in body, code
     rc, out, _ = _run("--list-rules")
     assert rc == 0 and [ln.split("\t")[0] for ln in out.splitlines()] == list(RULES)
+
+
+def test_progress_shows_only_on_a_terminal_and_never_in_stdout(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    import porting_kit.cli as cli
+
+    for i in range(3):
+        (tmp_path / f"m{i}.py").write_text(STEREO)
+    err = io.StringIO()
+    monkeypatch.setattr(cli, "err_console", Console(file=err, force_terminal=True, width=100))
+    rc, out, _ = _run(str(tmp_path))
+    assert rc == 1 and out.count(" PK601 ") == 3 and "lint:" not in out
+    assert "/3 files" in err.getvalue() and "PK601" not in err.getvalue()  # the transient line, on stderr
