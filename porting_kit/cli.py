@@ -1,32 +1,51 @@
 """The ``porting-kit`` command line: a thin layer over the library.
 
-Every command calls one library function and renders its result. Exit codes
-(DESIGN.md): 0 pass, 1 a fault was found, 2 the tool could not run (one line on
-stderr, no traceback unless ``--debug``).
+Every command calls one library function and renders its result, inside the
+one error guard :func:`_guard`. Exit codes (DESIGN.md): 0 pass, 1 a fault was
+found, 2 the tool could not run — an :class:`~porting_kit.errors.InputError`,
+a usage error the parser caught, or a crash — printed as one line on stderr,
+the traceback only with ``--debug``. Long work shows a transient Rich progress
+line on stderr, only when stderr is a terminal.
+
+``porting-kit-lint`` (the pre-commit hook, ``porting_kit.lint.main:main``) is
+the ``lint`` command run on its own: :data:`lint_app`, :func:`lint_main`.
+The options of every command are listed in README.md ("Command line");
+``tests/test_cli_help.py`` keeps the two in step.
 """
 
 from __future__ import annotations
 
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from porting_kit import __version__
 from porting_kit.errors import InputError
 from porting_kit.report.findings import EXIT_INPUT
+from porting_kit.scaffold.generate import FRAMEWORKS, SHAPE_HELP, SHAPES
 
 app = typer.Typer(add_completion=False, no_args_is_help=False,
                   help="Find the silent faults in ports of HF TTS/audio models to vLLM-Omni / SGLang-Omni.")
 baseline_app = typer.Typer(help="Record and compare reference-audio baselines (reference_audio/).")
 app.add_typer(baseline_app, name="baseline")
+#: ``porting-kit-lint``: the ``lint`` command as a program of its own (registered below).
+lint_app = typer.Typer(add_completion=False)
 
 console = Console(emoji=False)  # ":x:" in a device name or message must stay text
 err_console = Console(stderr=True, emoji=False)
 _DEBUG = {"on": False}
+
+#: ``--framework`` / ``--shape`` choices (values as typed on the command line).
+Framework = Enum("Framework", {name.replace("-", "_"): name for name in FRAMEWORKS}, type=str)
+Shape = Enum("Shape", {name.replace("-", "_"): name for name in SHAPES}, type=str)
 
 
 def _guard(fn: Callable[[], int]) -> int:
@@ -47,6 +66,45 @@ def _guard(fn: Callable[[], int]) -> int:
         err_console.print(f"error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
                           markup=False, highlight=False, soft_wrap=True)
         return EXIT_INPUT
+
+
+@contextmanager
+def _progress(description: str, total: int | None = None) -> Iterator[Callable[..., None]]:
+    """A transient progress line on stderr while the block runs.
+
+    Yields ``update(text=None, done=None, finished=False)``: a new description
+    and/or the number of items done out of ``total`` (a bar is shown when
+    ``total`` is given, a spinner otherwise); ``finished=True`` removes the line
+    before the block ends (so that what the block prints next is not mixed with
+    it). When stderr is not a terminal (pre-commit, CI, a pipe) nothing is
+    shown and Rich's progress module is not even imported.
+    """
+    if not err_console.is_terminal:
+        yield lambda text=None, done=None, finished=False: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
+    if total is not None:
+        columns += [BarColumn(), MofNCompleteColumn()]
+    columns.append(TimeElapsedColumn())
+    # no stdout/stderr redirection: what the block prints must stay on its own stream
+    with Progress(*columns, console=err_console, transient=True, redirect_stdout=False,
+                  redirect_stderr=False) as prog:
+        task = prog.add_task(description, total=total)
+
+        def update(text: str | None = None, done: int | None = None, finished: bool = False) -> None:
+            if finished:
+                prog.stop()
+                return
+            changes: dict[str, Any] = {}
+            if text is not None:
+                changes["description"] = text
+            if done is not None:
+                changes["completed"] = done
+            prog.update(task, **changes)
+
+        yield update
 
 
 def _exit(code: int) -> None:
@@ -73,30 +131,29 @@ def _root(ctx: typer.Context,
 @app.command()
 def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (default: the embedded example)."),
           example: str | None = typer.Option(None, "--example", "-e",
-                                                help="Embedded example, optionally with a variant: tts, tts:qk_not_permuted."),
+                                             help="Embedded example, optionally with a variant: tts, "
+                                                  "tts:qkv_shard_order (see porting-kit examples)."),
           variant: str | None = typer.Option(None, "--variant", help="Planted-fault variant declared by the spec."),
-          only: str | None = typer.Option(None, "--only", help="Comma-separated families: config,parity,rope,norm,hop,channel,dtype,rng,lifecycle."),
+          only: str | None = typer.Option(None, "--only",
+                                          help="Comma-separated families: "
+                                               "config,parity,rope,norm,hop,channel,dtype,rng,lifecycle."),
           json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here."),
           device: str = typer.Option("cpu", "--device", help="Torch device: cpu, cuda, cuda:1."),
           dtype: str | None = typer.Option(None, "--dtype", help="Serving dtype: float32, bfloat16, float16."),
-          debug: bool = typer.Option(False, "--debug", help="Show tracebacks.")):
+          debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
     """Compare the candidate port against the HF reference and name the fault."""
     _DEBUG["on"] = _DEBUG["on"] or debug
 
     def body() -> int:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
         from porting_kit.fsutil import check_output_path
         from porting_kit.report.render import print_report
         from porting_kit.runner import run_check
 
         check_output_path(json_path, inputs=[spec])
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                      console=err_console, transient=True, disable=not err_console.is_terminal) as prog:
-            task = prog.add_task("loading spec", total=None)
+        with _progress("loading spec") as update:
             report = run_check(str(spec) if spec else None, example=example, variant=variant,
                                only=only, device=device, dtype=dtype,
-                               progress=lambda text: prog.update(task, description=f"check: {text}"))
+                               progress=lambda text: update(f"check: {text}"))
         print_report(report, console)
         if json_path:
             report.write_json(json_path)
@@ -135,15 +192,16 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
     """Compare two audio files: length, sample rate, channels, lag, SNR, log-mel distance."""
 
     def body() -> int:
-        from porting_kit.probes.waveform import compare_files
         from porting_kit.fsutil import check_output_path
+        from porting_kit.probes.waveform import compare_files
         from porting_kit.report.render import print_report
 
         check_output_path(json_path, inputs=[ref, cand])
         check_output_path(plot, inputs=[ref, cand], what="--plot")
         if plot is not None:
             plot.parent.mkdir(parents=True, exist_ok=True)
-        report = compare_files(ref, cand, hop_length=hop_length, sample_rate=sample_rate, plot=plot)
+        with _progress(f"audio: comparing {cand.name} with {ref.name}"):
+            report = compare_files(ref, cand, hop_length=hop_length, sample_rate=sample_rate, plot=plot)
         print_report(report, console)
         if json_path:
             report.write_json(json_path)
@@ -152,30 +210,39 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
     _exit(_guard(body))
 
 
+_SPEC_HELP = "Port spec .py file (default: the embedded example)."
+_EXAMPLE_HELP = "Embedded example, optionally with a variant: tts, tts:audio_hop_trim (default: tts)."
+_BASELINE_DIR_HELP = "Baseline folder (clips + sidecars)."
+
+
 @baseline_app.command("record")
-def baseline_record(spec: Path | None = typer.Argument(None, help="Port spec (default: embedded example)."),
-                    example: str | None = typer.Option(None, "--example", "-e"),
-                    out: Path = typer.Option(Path("reference_audio"), "--out", help="Baseline folder."),
+def baseline_record(spec: Path | None = typer.Argument(None, help=_SPEC_HELP),
+                    example: str | None = typer.Option(None, "--example", "-e",
+                                                       help="Embedded example whose reference is recorded "
+                                                            "(default: tts)."),
+                    out: Path = typer.Option(Path("reference_audio"), "--out", help=_BASELINE_DIR_HELP),
                     force: bool = typer.Option(False, "--force", help="Replace an existing baseline (a .bak is kept).")):
     """Save the reference's audio with a sidecar (sample rate, seed, inputs, sha256, versions)."""
 
     def body() -> int:
         from porting_kit.baseline import record
 
-        paths = record(str(spec) if spec else None, example=example, out_dir=out, force=force)
+        with _progress("baseline: decoding the reference's audio"):
+            paths = record(str(spec) if spec else None, example=example, out_dir=out, force=force)
         for p in paths:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {p}", markup=False, highlight=False)
         return 0
 
     _exit(_guard(body))
 
 
 @baseline_app.command("compare")
-def baseline_compare(spec: Path | None = typer.Argument(None, help="Port spec (default: embedded example)."),
-                     example: str | None = typer.Option(None, "--example", "-e"),
-                     variant: str | None = typer.Option(None, "--variant"),
-                     out: Path = typer.Option(Path("reference_audio"), "--out", help="Baseline folder."),
-                     json_path: Path | None = typer.Option(None, "--json")):
+def baseline_compare(spec: Path | None = typer.Argument(None, help=_SPEC_HELP),
+                     example: str | None = typer.Option(None, "--example", "-e", help=_EXAMPLE_HELP),
+                     variant: str | None = typer.Option(None, "--variant",
+                                                        help="Planted-fault variant declared by the spec."),
+                     out: Path = typer.Option(Path("reference_audio"), "--out", help=_BASELINE_DIR_HELP),
+                     json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here.")):
     """Compare the candidate's audio to the recorded baseline."""
 
     def body() -> int:
@@ -184,7 +251,8 @@ def baseline_compare(spec: Path | None = typer.Argument(None, help="Port spec (d
         from porting_kit.report.render import print_report
 
         check_output_path(json_path, inputs=[spec])
-        report = compare(str(spec) if spec else None, example=example, variant=variant, out_dir=out)
+        with _progress("baseline: decoding the candidate's audio"):
+            report = compare(str(spec) if spec else None, example=example, variant=variant, out_dir=out)
         print_report(report, console)
         if json_path:
             report.write_json(json_path)
@@ -213,30 +281,144 @@ def notebooks(dest: Path = typer.Argument(..., help="Folder to copy the walkthro
     _exit(_guard(body))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def lint(ctx: typer.Context):
-    """Run the port rules over Python and deploy-YAML files (same as the pre-commit hook).
+@app.command()
+def lint(paths: list[str] | None = typer.Argument(None, metavar="PATHS", show_default=False,
+                                                  help="Files or directories (Python and deploy YAML; directories "
+                                                       "are walked). None: nothing to lint, exit 0."),
+         select: str | None = typer.Option(None, "--select", metavar="CODES",
+                                           help="Comma-separated rule codes or prefixes to enable (default: all)."),
+         ignore: str | None = typer.Option(None, "--ignore", metavar="CODES",
+                                           help="Comma-separated rule codes or prefixes to disable."),
+         baseline: str | None = typer.Option(None, "--baseline", metavar="FILE",
+                                             help="JSON file of accepted findings: only findings not in it fail."),
+         write_baseline: bool = typer.Option(False, "--write-baseline",
+                                             help="Record today's findings into --baseline FILE and exit 0."),
+         statistics: bool = typer.Option(False, "--statistics", help="Also print the number of findings per code."),
+         list_rules: bool = typer.Option(False, "--list-rules", help="Print every rule code and exit."),
+         debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
+    """Run the port rules over Python and deploy-YAML files (the pre-commit hook, porting-kit-lint).
 
-    Arguments are passed to the hook: PATHS [--select CODES] [--ignore CODES] [--baseline FILE].
+    Prints path:line:col: CODE message (fix: ...) per finding; exit 1 with findings.
     """
-    from porting_kit.lint.main import main as lint_main
+    _DEBUG["on"] = _DEBUG["on"] or debug
 
-    _exit(_guard(lambda: lint_main(list(ctx.args))))
+    def body() -> int:
+        from porting_kit.lint.main import run
+
+        with _progress("lint") as update:  # the findings print after the last file: stop the line first
+            return run(paths or [], select=select, ignore=ignore, baseline=baseline,
+                       write_baseline=write_baseline, statistics=statistics, list_rules=list_rules,
+                       progress=lambda done, total: update(f"lint: {done}/{total} files", finished=done == total))
+
+    _exit(_guard(body))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def scaffold(ctx: typer.Context):
-    """Generate the serving framework's files for a port (vLLM-Omni or SGLang-Omni).
+lint_app.command("lint")(lint)
 
-    Options: --framework {vllm-omni,sglang-omni} --shape {two-stage,single-stage-ar,native-ar}
-    --model-type NAME --config CONFIG_JSON (--out DIR | --into PATH) [--arch NAME] [--force].
+
+def _ask_missing(values: dict[str, Any], interactive: bool) -> None:
+    """Fill the missing required scaffold options in ``values`` by asking, in a terminal.
+
+    Parameters
+    ----------
+    values : dict
+        ``framework``, ``shape``, ``model_type``, ``config``, ``out``, ``into``
+        as given on the command line (``None`` when absent); updated in place.
+    interactive : bool
+        Whether stdin is a terminal. When it is not, nothing is asked.
+
+    Raises
+    ------
+    InputError
+        Something is missing and stdin is not a terminal (names every missing flag).
     """
-    from porting_kit.scaffold.generate import cli_main
+    missing = [n for n in ("framework", "shape", "model_type", "config") if not values[n]]
+    if not values["out"] and not values["into"]:
+        missing.append("out")
+    if not missing:
+        return
+    if not interactive:
+        flags = ", ".join("--" + n.replace("_", "-") for n in missing)
+        raise InputError(f"missing {flags} (no prompts: stdin is not a terminal)")
+    from rich.prompt import Prompt
 
-    _exit(_guard(lambda: cli_main(list(ctx.args))))
+    ask = Console(stderr=True)
+    if "framework" in missing:
+        values["framework"] = Prompt.ask("target framework", choices=list(FRAMEWORKS), default="vllm-omni")
+    if "shape" in missing:
+        for name in SHAPES:
+            ask.print(f"  [bold]{name}[/]: {SHAPE_HELP[name]}")
+        values["shape"] = Prompt.ask("architecture shape", choices=list(SHAPES), default="two-stage")
+    if "model_type" in missing:
+        values["model_type"] = Prompt.ask("model type (a Python identifier)")
+    if "config" in missing:
+        values["config"] = Prompt.ask("path to the model's config.json")
+    if "out" in missing:
+        values["out"] = Prompt.ask("output directory", default=f"scaffold_{values['model_type']}")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command()
+def scaffold(framework: Framework | None = typer.Option(None, "--framework", show_default=False,
+                                                        help="Target framework."),
+             shape: Shape | None = typer.Option(None, "--shape", show_default=False,
+                                                help="Architecture shape: two-stage (Qwen3-TTS style), "
+                                                     "single-stage-ar (MOSS-TTS-Nano), native-ar (VoxCPM2)."),
+             model_type: str | None = typer.Option(None, "--model-type", metavar="NAME",
+                                                   help="A Python identifier: module, registry key, stage name."),
+             config: Path | None = typer.Option(None, "--config", metavar="CONFIG_JSON",
+                                                help="The model's HF config.json."),
+             out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Write a fresh tree here."),
+             into: Path | None = typer.Option(None, "--into", metavar="PATH",
+                                              help="Write into an existing framework checkout, adding the "
+                                                   "registration lines."),
+             arch: str | None = typer.Option(None, "--arch", metavar="NAME",
+                                             help="Architecture name (default: the config's architectures[0])."),
+             hf_id: str | None = typer.Option(None, "--hf-id", metavar="ID",
+                                              help="Hub id for the tests, examples and benchmark entry "
+                                                   "(default: the config's _name_or_path)."),
+             max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", metavar="N",
+                                                     help="Concurrency of the AR stage (default 4; below 4 "
+                                                          "needs --serial-reason)."),
+             serial_reason: str | None = typer.Option(None, "--serial-reason", metavar="TEXT",
+                                                      help="Why upstream process-wide state forces "
+                                                           "max_num_seqs: 1 (written into the deploy YAML)."),
+             force: bool = typer.Option(False, "--force", help="Replace differing files, keeping .bak copies.")):
+    """Generate the serving framework's files for a port (vLLM-Omni 0.30.0 or SGLang-Omni 0.1.9).
+
+    Needs --framework, --shape, --model-type, --config and one of --out / --into;
+    in a terminal, missing ones are asked for, otherwise they are a usage error.
+    """
+
+    def body() -> int:
+        from porting_kit.scaffold.generate import ScaffoldOptions
+        from porting_kit.scaffold.generate import scaffold as write_scaffold
+
+        values: dict[str, Any] = {"framework": framework.value if framework else None,
+                                  "shape": shape.value if shape else None,
+                                  "model_type": model_type, "config": config, "out": out, "into": into}
+        _ask_missing(values, interactive=sys.stdin.isatty())
+        result = write_scaffold(ScaffoldOptions(**values, arch=arch, force=force, hf_id=hf_id,
+                                                max_num_seqs=max_num_seqs, serial_reason=serial_reason))
+        console.print(f"scaffold [bold]{result.framework}[/] / {result.shape} / {escape(result.model_type)} "
+                      f"-> {escape(result.root)}")
+        for p in result.written:
+            console.print(f"  wrote {p}", markup=False)
+        for p in result.unchanged:
+            console.print(f"  unchanged {p}", style="dim", markup=False)
+        for p in result.registrations:
+            console.print(f"  registered in {p}", markup=False)
+        for p in result.backed_up:
+            console.print(f"  backup {p}", style="yellow", markup=False)
+        for n in result.notes:
+            console.print(f"  note: {n}", style="yellow", markup=False)
+        console.print(f"next: porting-kit validate --static {result.root}", markup=False)
+        return 0
+
+    _exit(_guard(body))
+
+
+# --help goes through to validate's own parser, which lists its options (issue 12 rewrites this command).
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def validate(ctx: typer.Context):
     """Validate a scaffold: --static DIR against the real framework schemas, or on a GPU."""
     from porting_kit.scaffold.validate import cli_main
@@ -244,27 +426,78 @@ def validate(ctx: typer.Context):
     _exit(_guard(lambda: cli_main(list(ctx.args))))
 
 
+def _usage_error_line(exc: Exception, prog_name: str) -> str | None:
+    """The one-line message of a parser usage error (click's, which Typer vendors), else None.
+
+    Names the command (``porting-kit lint: No such option: --bogus (see porting-kit lint --help)``);
+    ``prog_name`` stands in when the error does not say which command raised it.
+    """
+    if not hasattr(exc, "format_message"):
+        return None
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else prog_name
+    return f"{where}: {exc.format_message()} (see {where} --help)"
+
+
+def _run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
+    """Run ``typer_app`` on ``argv`` under :func:`_guard`; returns the exit code.
+
+    Usage errors (unknown option, bad value, missing argument) become an
+    :class:`InputError`, so they print as the same one line, exit 2.
+    """
+    _DEBUG["on"] = False  # set again by --debug; a previous in-process call must not leak
+
+    def invoke() -> int:
+        try:
+            rc = typer_app(args=argv, prog_name=prog_name, standalone_mode=False)
+            return rc if isinstance(rc, int) else 0
+        except typer.Exit as exc:
+            return exc.exit_code
+        except SystemExit as exc:
+            if exc.code is None or isinstance(exc.code, int):
+                return exc.code or 0
+            raise InputError(str(exc.code)) from None
+        except Exception as exc:
+            line = _usage_error_line(exc, prog_name)
+            if line is not None:
+                raise InputError(line) from None
+            if type(exc).__name__ == "Abort":  # click's Ctrl-C / EOF at a prompt
+                raise KeyboardInterrupt from None
+            raise
+
+    return _guard(invoke)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point; returns the exit code."""
-    try:
-        rc = app(args=argv, prog_name="porting-kit", standalone_mode=False)
-        return rc if isinstance(rc, int) else 0
-    except typer.Exit as exc:
-        return exc.exit_code
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        err_console.print(f"error: {exc.code}", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_INPUT
-    except Exception as exc:  # click's UsageError / NoSuchOption / Abort (typer vendors click)
-        if hasattr(exc, "format_message"):
-            err_console.print(f"error: {exc.format_message()}", markup=False, highlight=False,
-                              soft_wrap=True)
-            return EXIT_INPUT
-        if type(exc).__name__ == "Abort":
-            return EXIT_INPUT
-        raise
-    return 0
+    """Entry point of the ``porting-kit`` console script.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after the program name (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 pass, 1 a fault was found, 2 the tool could not run (one line on stderr).
+    """
+    return _run_app(app, argv, "porting-kit")
+
+
+def lint_main(argv: list[str] | None = None) -> int:
+    """Entry point of ``porting-kit-lint`` (the pre-commit hook): the ``lint`` command on its own.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        ``[PATHS]... [--select CODES] ...`` as for ``porting-kit lint`` (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 no finding, 1 findings, 2 the hook could not run (one line on stderr).
+    """
+    return _run_app(lint_app, argv, "porting-kit-lint")
 
 
 if __name__ == "__main__":

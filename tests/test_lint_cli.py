@@ -142,7 +142,7 @@ def test_porting_kit_lint_cli_is_the_same_entry(tmp_path):
 
 
 def test_runs_without_torch(tmp_path):
-    """The hook imports only the stdlib and ruamel.yaml: torch is blocked and never imported."""
+    """The hook needs only the core dependencies (ruamel.yaml, Typer, Rich): torch is blocked and never imported."""
     src = tmp_path / "m.py"
     src.write_text(STEREO)
     deploy = tmp_path / "deploy" / "d.yaml"
@@ -150,7 +150,7 @@ def test_runs_without_torch(tmp_path):
     deploy.write_text("stages:\n  - stage_id: 0\n    model_stage: x\n")
     code = textwrap.dedent(f"""
         import sys
-        for mod in ("torch", "numpy", "transformers", "typer", "rich"):
+        for mod in ("torch", "numpy", "transformers"):
             sys.modules[mod] = None  # importing any of them now raises ImportError
         from porting_kit.lint.main import main
         rc = main([{str(src)!r}, {str(deploy)!r}])
@@ -191,3 +191,17 @@ def test_every_rule_is_documented_with_bad_and_good_examples():
         assert "Bad:" in body and "Good:" in body and "**Fix:**" in body, code
     rc, out, _ = _run("--list-rules")
     assert rc == 0 and [ln.split("\t")[0] for ln in out.splitlines()] == list(RULES)
+
+
+def test_progress_shows_only_on_a_terminal_and_never_in_stdout(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    import porting_kit.cli as cli
+
+    for i in range(3):
+        (tmp_path / f"m{i}.py").write_text(STEREO)
+    err = io.StringIO()
+    monkeypatch.setattr(cli, "err_console", Console(file=err, force_terminal=True, width=100))
+    rc, out, _ = _run(str(tmp_path))
+    assert rc == 1 and out.count(" PK601 ") == 3 and "lint:" not in out
+    assert "/3 files" in err.getvalue() and "PK601" not in err.getvalue()  # the transient line, on stderr

@@ -8,9 +8,8 @@ import json
 
 import pytest
 
+from porting_kit.cli import main as cli
 from porting_kit.lint.main import main
-
-scaffold = pytest.importorskip("porting_kit.scaffold.generate")
 
 CONFIG = {"model_type": "toy_tts", "architectures": ["ToyTTSForCausalLM"], "hidden_size": 256,
           "vocab_size": 1024, "sample_rate": 24000, "hop_length": 1920, "num_codebooks": 8,
@@ -24,8 +23,8 @@ def test_generated_scaffold_passes_the_hooks(tmp_path, framework, shape):
     config.write_text(json.dumps(CONFIG))
     out = tmp_path / "out"
     with contextlib.redirect_stdout(io.StringIO()):
-        rc = scaffold.cli_main(["--framework", framework, "--shape", shape, "--model-type",
-                                "toy_" + shape.replace("-", "_"), "--config", str(config), "--out", str(out)])
+        rc = cli(["scaffold", "--framework", framework, "--shape", shape, "--model-type",
+                  "toy_" + shape.replace("-", "_"), "--config", str(config), "--out", str(out)])
     assert rc == 0
     files = [p for p in out.rglob("*") if p.suffix in (".py", ".yaml")]
     assert files, "the scaffold wrote no Python / YAML"

@@ -1,28 +1,32 @@
-"""``porting-kit lint`` / the ``porting-kit-lint`` pre-commit hook entry point.
+"""``porting-kit lint`` / the ``porting-kit-lint`` pre-commit hook: the library side.
 
 Usage::
 
-    porting-kit-lint PATHS... [--select CODES] [--ignore CODES]
-                     [--baseline FILE [--write-baseline]] [--statistics]
+    porting-kit-lint [PATHS]... [--select CODES] [--ignore CODES]
+                     [--baseline FILE [--write-baseline]] [--statistics] [--list-rules]
 
 Prints ``path:line:col: CODE message (fix: ...)`` per finding and returns 1
 when there is any, 0 otherwise, 2 when it cannot run (a missing path, an
 unknown code, an unreadable baseline: one line on stderr). Directories are
 walked for ``*.py``, ``*.yaml`` and ``*.yml`` (hidden folders, ``__pycache__``,
-virtualenvs, ``build``/``dist`` skipped). Imports only the standard library
-and ruamel.yaml, so the hook installs and runs without torch.
+virtualenvs, ``build``/``dist`` skipped).
+
+The options are declared once, on the Typer command ``porting_kit.cli.lint``;
+:func:`main` runs that same command standalone (the hook's console script), so
+``porting-kit lint ARGS`` and ``porting-kit-lint ARGS`` are one parser. The
+rules themselves import only the standard library and ruamel.yaml; the command
+line adds Typer and Rich (core dependencies). Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
-from porting_kit.argparse_util import OneLineParser
 from porting_kit.errors import InputError
 from porting_kit.lint import baseline as baseline_mod
 from porting_kit.lint.engine import lint_source
@@ -33,10 +37,6 @@ EXIT_OK, EXIT_FINDINGS, EXIT_INPUT = 0, 1, 2
 PY_SUFFIXES = (".py",)
 YAML_SUFFIXES = (".yaml", ".yml")
 _SKIP_DIRS = frozenset({"__pycache__", "node_modules", "venv", ".venv", "build", "dist", "site-packages"})
-
-
-class UsageError(Exception):
-    """Bad input: printed as one line, exit 2."""
 
 
 def _python_script(path: Path) -> bool:
@@ -56,8 +56,12 @@ def iter_files(paths: Sequence[str]) -> list[str]:
 
     Files named explicitly are linted when they end in ``.py`` / ``.yaml`` /
     ``.yml`` or are extension-less python scripts (a ``#!...python`` first line);
-    other files are skipped silently, as pre-commit may pass them. Raises
-    :class:`UsageError` for a path that does not exist.
+    other files are skipped silently, as pre-commit may pass them.
+
+    Raises
+    ------
+    InputError
+        A path that does not exist.
     """
     out: list[str] = []
     seen: set[str] = set()
@@ -78,7 +82,7 @@ def iter_files(paths: Sequence[str]) -> list[str]:
                 seen.add(raw)
                 out.append(raw)
         else:
-            raise UsageError(f"{raw}: no such file or directory")
+            raise InputError(f"{raw}: no such file or directory")
     return out
 
 
@@ -113,60 +117,82 @@ def _codes(value: str | None) -> list[str] | None:
     return [c for c in value.replace(" ", ",").split(",") if c]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="porting-kit lint",
-        description="Lint Python and vLLM-Omni deploy YAML for the faults ports keep making.")
-    parser.add_argument("paths", nargs="*", help="files or directories (Python, deploy YAML)")
-    parser.add_argument("--select", help="comma-separated codes or prefixes to enable (default: all)")
-    parser.add_argument("--ignore", help="comma-separated codes or prefixes to disable")
-    parser.add_argument("--baseline", metavar="FILE",
-                        help="JSON file of accepted findings: only findings not in it fail")
-    parser.add_argument("--write-baseline", action="store_true",
-                        help="record today's findings into --baseline FILE and exit 0")
-    parser.add_argument("--statistics", action="store_true", help="print the number of findings per code")
-    parser.add_argument("--list-rules", action="store_true", help="print every rule code and exit")
-    return parser
+def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | None = None,
+        baseline: str | Path | None = None, write_baseline: bool = False, statistics: bool = False,
+        list_rules: bool = False, out: TextIO | None = None,
+        progress: Callable[[int, int], None] | None = None) -> int:
+    """Lint ``paths`` and print the findings; returns the exit code.
 
+    Parameters
+    ----------
+    paths : sequence of str
+        Files or directories (see :func:`iter_files`); none lints nothing (exit 0),
+        as pre-commit may call the hook with no matching file.
+    select, ignore : str, optional
+        Comma- (or space-) separated rule codes or prefixes to enable / disable
+        (default: every rule enabled).
+    baseline : str or Path, optional
+        JSON file of accepted findings: only findings not in it are printed and fail.
+    write_baseline : bool
+        Record today's findings into ``baseline`` instead, and return 0.
+    statistics : bool
+        Also print the number of findings per code and the total.
+    list_rules : bool
+        Print every rule code and its summary (tab-separated), lint nothing.
+    out : text stream, optional
+        Where findings go (default ``sys.stdout``).
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each file (files counted, not bytes).
 
-def run(args: argparse.Namespace, out=None) -> int:
-    """Run the linter for parsed ``args``; returns the exit code. Raises :class:`UsageError`."""
+    Returns
+    -------
+    int
+        0 no (new) finding, 1 findings printed.
+
+    Raises
+    ------
+    InputError
+        An unknown code, ``write_baseline`` without ``baseline``, a baseline that
+        is missing or not a baseline file, a path that does not exist.
+    """
     out = out if out is not None else sys.stdout
-    if args.list_rules:
+    if list_rules:
         for rule in RULES.values():
             print(f"{rule.code}\t{rule.summary}", file=out)
         return EXIT_OK
     try:
-        enabled = select_codes(_codes(args.select), _codes(args.ignore))
+        enabled = select_codes(_codes(select), _codes(ignore))
     except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    if args.write_baseline and not args.baseline:
-        raise UsageError("--write-baseline needs --baseline FILE")
+        raise InputError(str(exc)) from exc
+    if write_baseline and not baseline:
+        raise InputError("--write-baseline needs --baseline FILE")
     known = None
-    if args.baseline and not args.write_baseline:
-        if not Path(args.baseline).is_file():
-            raise UsageError(f"baseline {args.baseline} not found (create it with --write-baseline)")
+    if baseline and not write_baseline:
+        if not Path(baseline).is_file():
+            raise InputError(f"baseline {baseline} not found (create it with --write-baseline)")
         try:
-            known = baseline_mod.read(Path(args.baseline))
+            known = baseline_mod.read(Path(baseline))
         except (OSError, ValueError) as exc:
-            raise UsageError(str(exc)) from exc
-    files = iter_files(args.paths)
+            raise InputError(str(exc)) from exc
+    files = iter_files(paths)
 
     found: list[tuple[LintFinding, tuple]] = []
-    for path in files:
+    for done, path in enumerate(files, 1):
         findings, lines = lint_file(path, enabled)
         for f in findings:
             text = lines[f.line - 1] if 0 < f.line <= len(lines) else ""
             found.append((f, baseline_mod.finding_key(f, text)))
+        if progress is not None:
+            progress(done, len(files))
 
-    if args.write_baseline:
-        n = baseline_mod.write(Path(args.baseline), [key for _, key in found])
-        print(f"wrote {n} finding(s) to baseline {args.baseline}", file=out)
+    if write_baseline:
+        n = baseline_mod.write(Path(baseline), [key for _, key in found])
+        print(f"wrote {n} finding(s) to baseline {baseline}", file=out)
         return EXIT_OK
     findings = baseline_mod.new_findings(found, known) if known is not None else [f for f, _ in found]
     for f in findings:
         print(f.format(), file=out)
-    if args.statistics:
+    if statistics:
         counts = Counter(f.code for f in findings)
         for code in sorted(counts):
             print(f"{counts[code]:6d}  {code}  {RULES[code].summary}", file=out)
@@ -175,20 +201,17 @@ def run(args: argparse.Namespace, out=None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the hook and of ``porting-kit lint``; returns 0, 1 or 2 (see module doc)."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(list(argv) if argv is not None else None)
-    except InputError as exc:  # a usage error: one line
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT
-    except SystemExit as exc:  # --help
-        return EXIT_INPUT if exc.code else EXIT_OK
-    try:
-        return run(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT
+    """Entry point of the ``porting-kit-lint`` hook; returns 0, 1 or 2 (see the module doc).
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments after the program name (default ``sys.argv[1:]``), e.g.
+        ``["src/", "--select", "PK6"]``; the same as ``porting-kit lint ARGS``.
+    """
+    from porting_kit.cli import lint_main
+
+    return lint_main(list(argv) if argv is not None else None)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,9 @@ what was generated, for ``porting-kit validate --static``.
 
 from __future__ import annotations
 
-import argparse
-
-from porting_kit.argparse_util import OneLineParser
 import json
 import keyword
 import math
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -472,85 +468,6 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         if getattr(facts, name) is None:
             result.notes.append(f"{name} not found in {facts.config_path}: a placeholder was written; set it")
     return result
-
-
-# -- command line ----------------------------------------------------------------------------
-def _parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="porting-kit scaffold", description=__doc__.split("\n\n")[0],
-                                exit_on_error=False)
-    p.add_argument("--framework", choices=FRAMEWORKS)
-    p.add_argument("--shape", choices=SHAPES)
-    p.add_argument("--model-type", dest="model_type")
-    p.add_argument("--config", help="the model's HF config.json")
-    p.add_argument("--out", help="write a fresh tree here")
-    p.add_argument("--into", help="write into an existing framework checkout, inserting registrations")
-    p.add_argument("--arch", help="architecture name (default: config architectures[0])")
-    p.add_argument("--hf-id", dest="hf_id", help="hub id for tests/examples (default: config _name_or_path)")
-    p.add_argument("--max-num-seqs", dest="max_num_seqs", type=int)
-    p.add_argument("--serial-reason", dest="serial_reason",
-                   help="why upstream process-wide state forces max_num_seqs: 1")
-    p.add_argument("--force", action="store_true", help="replace differing files, keeping .bak copies")
-    return p
-
-
-def _prompt_missing(ns: argparse.Namespace, interactive: bool) -> None:
-    """Ask for missing required flags in a terminal; usage error otherwise."""
-    missing = [n for n in ("framework", "shape", "model_type", "config") if not getattr(ns, n)]
-    if not ns.out and not ns.into:
-        missing.append("out")
-    if not missing:
-        return
-    if not interactive:
-        flags = ", ".join("--" + n.replace("_", "-") for n in missing)
-        raise InputError(f"missing {flags} (no prompts: stdin is not a terminal)")
-    from rich.console import Console
-    from rich.prompt import Prompt
-
-    console = Console(stderr=True)
-    if "framework" in missing:
-        ns.framework = Prompt.ask("target framework", choices=list(FRAMEWORKS), default="vllm-omni")
-    if "shape" in missing:
-        for name in SHAPES:
-            console.print(f"  [bold]{name}[/]: {SHAPE_HELP[name]}")
-        ns.shape = Prompt.ask("architecture shape", choices=list(SHAPES), default="two-stage")
-    if "model_type" in missing:
-        ns.model_type = Prompt.ask("model type (a Python identifier)")
-    if "config" in missing:
-        ns.config = Prompt.ask("path to the model's config.json")
-    if "out" in missing:
-        ns.out = Prompt.ask("output directory", default=f"scaffold_{ns.model_type}")
-
-
-def cli_main(argv: list[str]) -> int:
-    """``porting-kit scaffold ...``; returns the exit code (InputError -> 2 via the CLI)."""
-    parser = _parser()
-    try:
-        ns = parser.parse_args(argv)
-    except argparse.ArgumentError as exc:
-        raise InputError(f"scaffold: {exc}") from None
-    except SystemExit as exc:  # --help, or argparse's own error exit
-        if exc.code in (0, None):
-            return 0
-        raise InputError("scaffold: bad arguments (see porting-kit scaffold --help)") from None
-    _prompt_missing(ns, interactive=sys.stdin.isatty())
-    opts = ScaffoldOptions(**{k: v for k, v in vars(ns).items()})
-    result = scaffold(opts)
-    from rich.console import Console
-
-    console = Console()
-    console.print(f"scaffold [bold]{result.framework}[/] / {result.shape} / {result.model_type} -> {result.root}")
-    for p in result.written:
-        console.print(f"  wrote {p}")
-    for p in result.unchanged:
-        console.print(f"  unchanged {p}", style="dim")
-    for p in result.registrations:
-        console.print(f"  registered in {p}")
-    for p in result.backed_up:
-        console.print(f"  backup {p}", style="yellow")
-    for n in result.notes:
-        console.print(f"  note: {n}", style="yellow")
-    console.print(f"next: porting-kit validate --static {result.root}")
-    return 0
 
 
 def result_dict(result: ScaffoldResult) -> dict:
