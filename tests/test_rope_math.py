@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 
+from porting_kit.locate import find_rotary
 from porting_kit.probes.rotary import (
     HALF,
     INTERLEAVED,
     Structure,
     default_inv_freq,
-    find_rotary,
     fit_base,
     fit_frequencies,
     garbage_reason,
