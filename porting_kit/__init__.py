@@ -10,7 +10,7 @@ imported lazily by the modules that need them, so ``import porting_kit`` and
 the lint hooks work without them.
 """
 
-__version__ = "0.1.0"
+from porting_kit.version import __version__  # noqa: E402
 
 from porting_kit.errors import InputError  # noqa: E402
 from porting_kit.report.findings import Finding, Report, Where  # noqa: E402

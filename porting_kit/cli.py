@@ -7,7 +7,7 @@ a usage error the parser caught, or a crash — printed as one line on stderr,
 the traceback only with ``--debug``. Long work shows a transient Rich progress
 line on stderr, only when stderr is a terminal.
 
-``porting-kit-lint`` (the pre-commit hook, ``porting_kit.lint.main:main``) is
+``porting-kit-lint`` (the pre-commit hook, ``porting_kit.cli:lint_main``) is
 the ``lint`` command run on its own: :data:`lint_app`, :func:`lint_main`.
 The options of every command are listed in README.md ("Command line");
 ``tests/test_cli_help.py`` keeps the two in step.
@@ -27,7 +27,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from porting_kit import __version__
+from porting_kit.version import __version__
 from porting_kit.errors import InputError
 from porting_kit.report.findings import EXIT_INPUT
 from porting_kit.scaffold.generate import FRAMEWORKS, SHAPE_HELP, SHAPES

@@ -15,7 +15,7 @@ import pytest
 import typer
 
 from porting_kit.cli import app, main
-from porting_kit.lint.main import main as lint_hook
+from porting_kit.cli import lint_main as lint_hook
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 COMMANDS = ["", "check", "examples", "audio", "baseline record", "baseline compare", "notebooks", "lint",

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from porting_kit.lint.main import main
+from porting_kit.cli import lint_main as main
 
 REPO = Path(__file__).resolve().parent.parent
 STEREO = "def to_mono(wav):\n    return wav.T.reshape(-1)\n"
@@ -152,7 +152,7 @@ def test_runs_without_torch(tmp_path):
         import sys
         for mod in ("torch", "numpy", "transformers"):
             sys.modules[mod] = None  # importing any of them now raises ImportError
-        from porting_kit.lint.main import main
+        from porting_kit.cli import lint_main as main
         rc = main([{str(src)!r}, {str(deploy)!r}])
         heavy = [m for m in ("torch", "numpy", "transformers") if sys.modules.get(m) is not None]
         print("RC", rc, "HEAVY", heavy)

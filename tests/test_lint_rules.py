@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from porting_kit.lint.main import main
+from porting_kit.cli import lint_main as main
 
 CASES = [
     # (code, bad, good)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from porting_kit.cli import main as cli
-from porting_kit.lint.main import main
+from porting_kit.cli import lint_main as main
 
 CONFIG = {"model_type": "toy_tts", "architectures": ["ToyTTSForCausalLM"], "hidden_size": 256,
           "vocab_size": 1024, "sample_rate": 24000, "hop_length": 1920, "num_codebooks": 8,

@@ -7,7 +7,7 @@ import io
 import textwrap
 
 from porting_kit.lint.deploy_schema import load_schema
-from porting_kit.lint.main import main
+from porting_kit.cli import lint_main as main
 
 
 def _run(*args: str) -> tuple[int, list[str]]:

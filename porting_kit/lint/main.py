@@ -198,21 +198,3 @@ def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | N
             print(f"{counts[code]:6d}  {code}  {RULES[code].summary}", file=out)
         print(f"{len(findings):6d}  total in {len(files)} file(s)", file=out)
     return EXIT_FINDINGS if findings else EXIT_OK
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``porting-kit-lint`` hook; returns 0, 1 or 2 (see the module doc).
-
-    Parameters
-    ----------
-    argv : sequence of str, optional
-        The arguments after the program name (default ``sys.argv[1:]``), e.g.
-        ``["src/", "--select", "PK6"]``; the same as ``porting-kit lint ARGS``.
-    """
-    from porting_kit.cli import lint_main
-
-    return lint_main(list(argv) if argv is not None else None)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -185,7 +185,7 @@ class _Context:
 
 
 def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
-    from porting_kit import __version__
+    from porting_kit.version import __version__
 
     m = opts.model_type
     camel = camel_case(m)
