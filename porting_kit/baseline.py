@@ -21,7 +21,8 @@ provenance         free text (e.g. the espeak-ng command of a speech clip)
 
 ``porting-kit baseline compare SPEC`` decodes the same codes with
 ``decode_candidate`` and compares the served audio with the recorded file
-(:func:`porting_kit.probes.waveform.analyse_waveforms`): the ``hop`` and ``channel``
+(measured by :func:`porting_kit.probes.waveform.analyse_waveforms`, judged by
+:func:`porting_kit.audio_files.waveform_findings`): the ``hop`` and ``channel``
 codes of the audio checks. Nothing is overwritten without ``force`` (then the
 old files are kept as ``.bak``); writes are atomic.
 """
@@ -217,11 +218,24 @@ def compare(spec_path: str | Path | None, *, example: str | None = None, variant
             out_dir: str | Path = "reference_audio") -> Report:
     """Compare the candidate's served audio with the recorded baseline.
 
+    Parameters
+    ----------
+    spec_path : str or Path or None
+        Port spec; ``None`` for the embedded example (``example``, default ``tts``).
+    example : str, optional
+        Embedded example name.
+    variant : str, optional
+        A variant of the spec (a planted fault).
+    out_dir : str or Path
+        Baseline folder holding ``<name>.wav`` and its sidecar.
+
     Returns
     -------
     Report
         Command ``baseline``; ``hop`` / ``channel`` findings (``<prefix>.ok``
-        when clean); exit code 1 on a fault.
+        when clean; content tolerance ``FP32_MIN_SNR_DB`` = 60 dB SNR); exit
+        code 1 on a fault. ``report.extras["comparison"]`` holds the
+        :class:`~porting_kit.probes.waveform.WaveformComparison`.
 
     Raises
     ------
@@ -231,8 +245,9 @@ def compare(spec_path: str | Path | None, *, example: str | None = None, variant
     """
     import torch
 
-    from porting_kit.probes.waveform import FP32_MIN_SNR_DB, analyse_waveforms, read_audio
+    from porting_kit.audio_files import waveform_findings
     from porting_kit.probes.codec_pair import hop_length_of_spec
+    from porting_kit.probes.waveform import FP32_MIN_SNR_DB, analyse_waveforms, read_audio
 
     t0 = time.perf_counter()
     spec = _load(spec_path, example, variant)
@@ -247,13 +262,12 @@ def compare(spec_path: str | Path | None, *, example: str | None = None, variant
     with torch.no_grad():
         cand, sr_c = spec.call("decode_candidate", codes)
     cmp = analyse_waveforms(ref, cand, sr_ref, int(sr_c), hop_length=hop_length_of_spec(spec),
-                            frames=int(codes.shape[1]), served=True, min_snr_db=FP32_MIN_SNR_DB,
-                            names=(path.name, f"{spec.name} candidate"))
+                            frames=int(codes.shape[1]), served=True)
+    by_family = waveform_findings(cmp, (path.name, f"{spec.name} candidate"), min_snr_db=FP32_MIN_SNR_DB)
     report = Report(command="baseline")
     for fam in ("hop", "channel"):
-        fs = [f for f in cmp.findings if f.check == fam]
-        report.findings.extend(fs or [ok(fam, evidence={"baseline": str(path),
-                                                        "snr_db": cmp.metrics.get("snr_db")})])
+        report.findings.extend(by_family[fam] or [ok(fam, evidence={"baseline": str(path),
+                                                                    "snr_db": cmp.metrics.snr_db})])
     report.timing = {"total": time.perf_counter() - t0}
     report.extras["comparison"] = cmp
     return report

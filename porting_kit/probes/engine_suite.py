@@ -16,7 +16,7 @@ from porting_kit.errors import InputError
 #: Absolute tolerance for "identical" audio (float32 rounding only: a row must not
 #: depend on its batch neighbours).
 ATOL = 1e-6
-STATE_KEY = "rng.engine_suite"
+STATE_KEY = "probes.engine_suite"  # a ctx.state key (not a fault code)
 
 
 
