@@ -316,8 +316,8 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any, trim_d: int 
 
     Raises
     ------
-    ValueError
-        From the streaming decode on chunk sizes it cannot use.
+    InputError
+        ``decode_candidate_stream`` raised (the tool could not run, exit 2).
     """
     return stream_findings(measure_stream(spec, codes, hop_length, full_candidate, trim_d,
                                           precision_floor=precision_floor))

@@ -213,6 +213,11 @@ def measure_stream(spec, codes, hop_length: int, full_candidate: Any, trim_d: in
         does not stream). When the stream is not clean, a few larger left
         contexts are tried (2x, 4x, +16, +32 frames, all frames) up to the first
         that makes it clean.
+
+    Raises
+    ------
+    InputError
+        ``decode_candidate_stream`` (or a ``stream_*_frames`` function) raised.
     """
     chunk = _configured(spec, "stream_chunk_frames", DEFAULT_CHUNK_FRAMES)
     context = _configured(spec, "stream_context_frames", DEFAULT_CONTEXT_FRAMES)
