@@ -21,8 +21,8 @@ from porting_kit.spec import Spec, list_examples, load_spec  # noqa: E402
 
 
 def compare_files(reference_path, candidate_path, **kwargs):
-    """Compare two audio files; see :func:`porting_kit.probes.waveform.compare_files` (needs the audio extra)."""
-    from porting_kit.probes.waveform import compare_files as _compare_files
+    """Compare two audio files; see :func:`porting_kit.audio_files.compare_files` (needs the audio extra)."""
+    from porting_kit.audio_files import compare_files as _compare_files
 
     return _compare_files(reference_path, candidate_path, **kwargs)
 

@@ -21,7 +21,8 @@ provenance         free text (e.g. the espeak-ng command of a speech clip)
 
 ``porting-kit baseline compare SPEC`` decodes the same codes with
 ``decode_candidate`` and compares the served audio with the recorded file
-(:func:`porting_kit.probes.waveform.analyse_waveforms`): the ``hop`` and ``channel``
+(measured by :func:`porting_kit.probes.waveform.analyse_waveforms`, judged by
+:func:`porting_kit.audio_files.waveform_findings`): the ``hop`` and ``channel``
 codes of the audio checks. Nothing is overwritten without ``force`` (then the
 old files are kept as ``.bak``); writes are atomic.
 """
@@ -254,11 +255,6 @@ def compare(spec_path: str | Path | None, *, example: str | None = None, variant
             out_dir: str | Path = "reference_audio") -> Report:
     """Compare the candidate's served audio with the recorded baseline.
 
-    Decodes the spec's ``codes()`` with ``decode_candidate`` and compares it with
-    ``<out_dir>/<name>.wav`` through :func:`porting_kit.probes.waveform.analyse_waveforms`
-    (``served=True``, fp32 SNR floor ``FP32_MIN_SNR_DB``), with the spec's hop length and
-    ``frames = codes.shape[1]``.
-
     Parameters
     ----------
     spec_path : str or Path or None
@@ -276,9 +272,9 @@ def compare(spec_path: str | Path | None, *, example: str | None = None, variant
     -------
     Report
         Command ``baseline``; ``hop`` / ``channel`` findings (``<prefix>.ok``
-        when clean, with ``snr_db`` in dB as evidence); exit code 1 on a fault.
-        ``report.extras["comparison"]`` holds the waveform comparison; ``timing["total"]``
-        is in seconds.
+        when clean; content tolerance ``FP32_MIN_SNR_DB`` = 60 dB SNR); exit
+        code 1 on a fault. ``report.extras["comparison"]`` holds the
+        :class:`~porting_kit.probes.waveform.WaveformComparison`.
 
     Raises
     ------
@@ -288,8 +284,9 @@ def compare(spec_path: str | Path | None, *, example: str | None = None, variant
     """
     import torch
 
-    from porting_kit.probes.waveform import FP32_MIN_SNR_DB, analyse_waveforms, read_audio
+    from porting_kit.audio_files import waveform_findings
     from porting_kit.probes.codec_pair import hop_length_of_spec
+    from porting_kit.probes.waveform import FP32_MIN_SNR_DB, analyse_waveforms, read_audio
 
     t0 = time.perf_counter()
     spec = _load(spec_path, example, variant)
@@ -304,13 +301,12 @@ def compare(spec_path: str | Path | None, *, example: str | None = None, variant
     with torch.no_grad():
         cand, sr_c = spec.call("decode_candidate", codes)
     cmp = analyse_waveforms(ref, cand, sr_ref, int(sr_c), hop_length=hop_length_of_spec(spec),
-                            frames=int(codes.shape[1]), served=True, min_snr_db=FP32_MIN_SNR_DB,
-                            names=(path.name, f"{spec.name} candidate"))
+                            frames=int(codes.shape[1]), served=True)
+    by_family = waveform_findings(cmp, (path.name, f"{spec.name} candidate"), min_snr_db=FP32_MIN_SNR_DB)
     report = Report(command="baseline")
     for fam in ("hop", "channel"):
-        fs = [f for f in cmp.findings if f.check == fam]
-        report.findings.extend(fs or [ok(fam, evidence={"baseline": str(path),
-                                                        "snr_db": cmp.metrics.get("snr_db")})])
+        report.findings.extend(by_family[fam] or [ok(fam, evidence={"baseline": str(path),
+                                                                    "snr_db": cmp.metrics.snr_db})])
     report.timing = {"total": time.perf_counter() - t0}
     report.extras["comparison"] = cmp
     return report

@@ -192,8 +192,8 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
     """Compare two audio files: length, sample rate, channels, lag, SNR, log-mel distance."""
 
     def body() -> int:
+        from porting_kit.audio_files import compare_files
         from porting_kit.fsutil import check_output_path
-        from porting_kit.probes.waveform import compare_files
         from porting_kit.report.render import print_report
 
         check_output_path(json_path, inputs=[ref, cand])

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from porting_kit.probes.waveform import compare_files, estimate_lag, snr_db, spectral_peak_hz
+from porting_kit.audio_files import compare_files
+from porting_kit.probes.waveform import estimate_lag, snr_db, spectral_peak_hz
 from porting_kit.cli import main
 
 CLIPS = Path(__file__).resolve().parents[1] / "reference_audio"

@@ -4,7 +4,8 @@ import numpy as np
 import torch
 
 from porting_kit.spec import Spec
-from porting_kit.probes.streaming import check_stream, stream_decode
+from porting_kit.checks.hop import check_stream
+from porting_kit.probes.streaming import stream_decode
 
 HOP, D, R = 8, 3, 2  # samples per frame, samples the decoder trims, receptive field (frames)
 

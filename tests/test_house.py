@@ -49,7 +49,6 @@ def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
     return found
 
 
-@pytest.mark.xfail(reason="probes/waveform <-> report/plots: fixed on branch h-audio, not merged yet", strict=False)
 def test_no_import_cycles():
     mods = _modules()
     edges = {m: _imports(m, p, mods) for m, p in mods.items()}
@@ -86,7 +85,6 @@ def test_checks_do_not_import_other_checks():
     assert not bad, bad
 
 
-@pytest.mark.xfail(reason="audio probes still build findings: fixed on branch h-audio, not merged yet", strict=False)
 def test_probes_locate_and_load_never_import_checks_or_report():
     mods = _modules()
     bad = []
@@ -108,7 +106,6 @@ def _allowed_for_codes(rel: str) -> bool:
         or rel.startswith("scaffold/run_tier") or rel.startswith("scaffold/gpu_tier"))
 
 
-@pytest.mark.xfail(reason="audio probes still build hop/channel codes: fixed on branch h-audio, not merged yet", strict=False)
 def test_fault_codes_are_built_only_in_check_families():
     bad = []
     for f in PKG.rglob("*.py"):

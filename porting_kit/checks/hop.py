@@ -1,7 +1,9 @@
 """Hop-length family (``hop.*``): the candidate's audio timeline against the reference's.
 
 Codes (DESIGN.md), each found by trying the hypothesis on the reference's
-decode of the same codes (:mod:`porting_kit.probes.waveform`, :mod:`porting_kit.probes.codec_pair`):
+decode of the same codes (measured by :mod:`porting_kit.probes.waveform`,
+:mod:`porting_kit.probes.codec_pair` and :mod:`porting_kit.probes.streaming`;
+every finding is built here):
 
 * ``hop.sample_rate_mismatch`` - the served sample rate is not the codec's;
 * ``hop.length_mismatch`` - samples != frames * hop_length - d (hop = product
@@ -13,7 +15,7 @@ decode of the same codes (:mod:`porting_kit.probes.waveform`, :mod:`porting_kit.
 * ``hop.codebook_order`` - codes fed frame-major where codebook-major is
   expected (found by decoding the transposed layouts);
 * ``hop.stream_boundary`` - the port's chunked streaming decode differs from
-  its full decode at the seams (:mod:`porting_kit.probes.streaming`);
+  its full decode at the seams;
 * ``hop.unexplained`` - the audio differs and no hypothesis fits (numbers shown).
 
 Runs when the spec defines the audio names (README "Port spec: audio names");
@@ -22,19 +24,328 @@ else ``skip`` with the reason.
 
 from __future__ import annotations
 
-from porting_kit.report.findings import Finding, ok, skip
+import math
+from pathlib import Path
+from typing import Any
+
+from porting_kit.probes.streaming import StreamMeasurement, measure_stream
+from porting_kit.probes.waveform import WaveformComparison, fmt_db
+from porting_kit.report.findings import Finding, Where, ok, skip
+
+#: Default content tolerance of two audio files, dB SNR (16-bit PCM files of one signal are > 60 dB apart).
+FILE_MIN_SNR_DB = 40.0
+
+
+def _finding(code: str, message: str, evidence: dict[str, Any], hint: str,
+             samples: list[int] | None = None) -> Finding:
+    return Finding("hop", code, "fail", message, evidence, Where(samples=samples), hint)
+
+
+# --------------------------------------------------------------------------- waveforms
+
+
+def waveform_findings(cmp: WaveformComparison, names: tuple[str, str] = ("reference", "candidate"), *,
+                      min_snr_db: float = -math.inf, other_faults: bool = False) -> list[Finding]:
+    """The ``hop.*`` faults of a waveform comparison, in the order the facts were measured.
+
+    Parameters
+    ----------
+    cmp : WaveformComparison
+        From :func:`porting_kit.probes.waveform.analyse_waveforms`.
+    names : (str, str)
+        How the reference and the candidate are named in messages (file names for files).
+    min_snr_db : float
+        The aligned overlap must reach this SNR (dB), else ``hop.unexplained`` when
+        no hypothesis explains the difference; ``-inf`` (default) never reports it.
+    other_faults : bool
+        Another family already explains the difference (e.g. a ``channel.*`` fault):
+        no ``hop.unexplained`` then.
+
+    Returns
+    -------
+    list of Finding
+        ``hop.sample_rate_mismatch``, ``hop.duration_drift``, ``hop.offset``,
+        ``hop.length_mismatch``, ``hop.unexplained``; empty when none applies.
+    """
+    found = []
+    if cmp.sample_rate_fit is not None:
+        found.append(_sample_rate_finding(cmp, names))
+    if cmp.drift is not None:
+        found.append(_drift_finding(cmp, names))
+    if cmp.offset is not None:
+        found.append(_offset_finding(cmp, names))
+    if cmp.length is not None:
+        found.append(_length_finding(cmp, names))
+    if not found and not other_faults and cmp.content_snr_db < min_snr_db:
+        found.append(_unexplained(cmp, min_snr_db, names))
+    return found
+
+
+def _sample_rate_finding(cmp: WaveformComparison, names: tuple[str, str]) -> Finding:
+    f = cmp.sample_rate_fit
+    rname, cname = names
+    return _finding(
+        "hop.sample_rate_mismatch",
+        f"{cname} is at {f.candidate_sample_rate} Hz, {rname} at {f.reference_sample_rate} Hz"
+        + (" (the samples were resampled to the new rate)." if f.resampled
+           else " (same samples, only the reported rate differs)." if f.same_length
+           else "."),
+        {"reference_sample_rate": f.reference_sample_rate, "candidate_sample_rate": f.candidate_sample_rate,
+         "rate_ratio": round(f.rate_ratio, 6), "length_ratio": round(f.length_ratio, 6),
+         "resampled": bool(f.resampled)},
+        "Serve at the codec's sampling rate (its config's sampling_rate) or resample "
+        "and report the rate you serve.")
+
+
+def _drift_finding(cmp: WaveformComparison, names: tuple[str, str]) -> Finding:
+    f = cmp.drift
+    rname, cname = names
+    ratio, nr, nc, sr = f.duration_ratio, f.reference_samples, f.candidate_samples, f.sample_rate
+    return _finding(
+        "hop.duration_drift",
+        f"{cname} is {rname} time-scaled by {ratio:.4f} ({nc} vs {nr} samples at "
+        f"{sr} Hz): it plays {100 * (1 / ratio - 1):+.2f}% fast and drifts "
+        f"{abs(nc - nr)} samples by the end.",
+        {"duration_ratio": round(ratio, 6), "reference_samples": nr, "candidate_samples": nc,
+         "drift_samples": nc - nr, "implied_sample_rate": round(sr * ratio, 1),
+         "hypothesis_snr_db": f.hypothesis_snr_db, "unscaled_snr_db": f.unscaled_snr_db},
+        "The candidate resamples or stretches the codec output: serve the decoder's samples "
+        "at its own sampling_rate, or resample from the rate the samples really have.")
+
+
+def _offset_finding(cmp: WaveformComparison, names: tuple[str, str]) -> Finding:
+    f = cmp.offset
+    rname, cname = names
+    lag, sr, hop = f.lag_samples, f.sample_rate, f.hop_length
+    return _finding(
+        "hop.offset",
+        f"{cname} is {abs(lag)} samples ({1000 * abs(lag) / sr:.2f} ms) "
+        f"{'late' if lag > 0 else 'early'} against {rname}"
+        + (f" ({lag / hop:.2f} hops)." if hop else "."),
+        {"lag_samples": lag, "lag_ms": round(1000 * lag / sr, 3),
+         "lag_hops": round(lag / hop, 4) if hop else "", "correlation": round(f.correlation, 6),
+         "aligned_snr_db": f.aligned_snr_db, "unaligned_snr_db": f.unaligned_snr_db},
+        "Remove the extra leading samples (or the missing ones): check the decoder's "
+        "left padding/trim and any pre-roll or warm-up frames the port adds.",
+        [0, abs(lag)])
+
+
+def _length_finding(cmp: WaveformComparison, names: tuple[str, str]) -> Finding:
+    f = cmp.length
+    rname, cname = names
+    nr, nc, sr, hop, frames = f.reference_samples, f.candidate_samples, f.sample_rate, f.hop_length, f.frames
+    ev: dict[str, Any] = {"reference_samples": nr, "candidate_samples": nc,
+                          "difference_samples": nc - nr,
+                          "difference_seconds": round((nc - nr) / sr, 6)}
+    extra = ""
+    if hop:
+        ev["difference_hops"] = round((nc - nr) / hop, 4)
+        extra = f" = {(nc - nr) / hop:+.2f} hops of {hop}"
+    if hop and frames:
+        ev["expected_samples"] = nr
+        ev["trim_d"] = frames * hop - nr
+        ev["implied_hop"] = round(nc / frames, 3)
+        extra += (f"; {frames} frames x hop {hop} - d {frames * hop - nr} = {nr} expected, "
+                  f"the candidate's length implies hop {nc / frames:.2f}")
+    return _finding(
+        "hop.length_mismatch",
+        f"{cname} has {nc} samples, {rname} {nr} ({nc - nr:+d}{extra}); the common "
+        "part matches.", ev,
+        "Compute the output length as frames * hop_length (product of the codec's "
+        "upsampling ratios) minus the codec's own trim; do not trim or pad by hand.",
+        [min(nr, nc), max(nr, nc)])
+
+
+def _unexplained(cmp: WaveformComparison, min_snr_db: float, names: tuple[str, str]) -> Finding:
+    m = cmp.metrics.as_dict()
+    return _finding(
+        "hop.unexplained",
+        f"{names[1]} differs from {names[0]} (SNR {fmt_db(cmp.content_snr_db)} dB, SI-SDR "
+        f"{fmt_db(m['si_sdr_db'])} dB, log-mel distance {fmt_db(m['log_mel_distance_db'], 2)} dB) and no "
+        "audio hypothesis fits (sample rate, layout, drift, offset, length).",
+        {k: m[k] for k in ("snr_db", "si_sdr_db", "log_mel_distance_db", "max_abs_diff",
+                           "compared_samples") if k in m} | {"min_snr_db": min_snr_db},
+        "Compare the decoder layer by layer (porting-kit check on a spec) to find where the codec "
+        "output diverges: weight conversion, normalisation, codes.")
+
+
+def file_rate_findings(rates: list[tuple[str, int]], expected: int | None) -> list[Finding]:
+    """``hop.sample_rate_mismatch`` for each file not at the expected rate.
+
+    Parameters
+    ----------
+    rates : list of (str, int)
+        Each file's path and sample rate in Hz (reference first).
+    expected : int or None
+        The expected rate in Hz; ``None``: nothing is checked.
+
+    Returns
+    -------
+    list of Finding
+    """
+    if expected is None:
+        return []
+    return [_finding("hop.sample_rate_mismatch", f"{Path(p).name} is at {sr} Hz, expected {expected} Hz.",
+                     {"file": str(p), "sample_rate": sr, "expected_sample_rate": int(expected)},
+                     "Write the audio at the codec's sampling_rate.")
+            for p, sr in rates if sr != expected]
+
+
+# --------------------------------------------------------------------------- codec pair
+
+
+def codec_findings(pair) -> list[Finding]:
+    """``hop.codebook_order`` / ``hop.unexplained`` of a decoded pair whose layout and
+    timing match but whose samples differ.
+
+    Parameters
+    ----------
+    pair : porting_kit.probes.codec_pair.AudioPair
+        Its ``diagnosis`` holds the code-layout fits (``None``: not needed).
+
+    Returns
+    -------
+    list of Finding
+        Empty when no diagnosis ran or the low-precision hypothesis explains the
+        difference (the ``dtype`` family reports it).
+    """
+    dg = pair.diagnosis
+    if dg is None:
+        return []
+    given = dg.given_snr_db
+    if dg.codebook_fits:
+        best = dg.best
+        return [Finding(
+            "hop", "hop.codebook_order", "fail",
+            f"The candidate decodes the codes in the wrong layout ({best.replace('_', ' ')}): "
+            f"decoding the reference with that layout reproduces the candidate "
+            f"(SNR {dg.tried[best]:.1f} dB vs {given:.1f} dB as given).",
+            {"hypothesis": best, "num_codebooks": dg.num_codebooks, "frames": dg.frames,
+             "hypothesis_snr_db": dg.tried[best], "given_snr_db": given,
+             **{f"snr_db_{k}": v for k, v in dg.tried.items()}},
+            Where(),
+            "Codes are (num_codebooks, frames): rebuild them from the frame-major AR stream with "
+            "stream.reshape(frames, num_codebooks).T, not stream.reshape(num_codebooks, frames).")]
+    if pair.dtype_explains:
+        return []
+    m = pair.comparison.metrics
+    return [Finding(
+        "hop", "hop.unexplained", "fail",
+        f"The candidate's audio differs from the reference (SNR {given:.1f} dB) with the right "
+        "length, layout and timing, and no audio hypothesis fits (code layout, bf16 decode).",
+        {"snr_db": given, "si_sdr_db": m.si_sdr_db, "log_mel_distance_db": m.log_mel_distance_db,
+         "bf16_snr_db": pair.bf16_snr_db, **{f"snr_db_{k}": v for k, v in dg.tried.items()}},
+        Where(),
+        "Run the layer-parity family on the codec (weights, conversion, normalisation) to find "
+        "where its output diverges.")]
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+def stream_findings(sm: StreamMeasurement | None) -> list[Finding]:
+    """``hop.stream_boundary`` from a streaming measurement, with its cause.
+
+    Parameters
+    ----------
+    sm : StreamMeasurement or None
+        From :func:`porting_kit.probes.streaming.measure_stream`; ``None``: the
+        layout does not stream.
+
+    Returns
+    -------
+    list of Finding
+        Empty when the stream does not run or every seam is within tolerance; else
+        one ``hop.stream_boundary`` with the worst seam (sample range), whether more
+        left context fixes it, and the decoder's ``d``.
+    """
+    if sm is None or sm.streamed.clean:
+        return []
+    got, bigger, more = sm.streamed, sm.more_context, sm.more_context_frames
+    chunk, context, d = sm.chunk_frames, sm.context_frames, sm.trim_d
+    seams = sm.seams
+    i = got.first_bad if got.missing else got.worst
+    i = 0 if i is None else i
+    start = seams[i] if i < len(seams) else seams[-1]
+    db = 20 * math.log10(max(got.worst_err, 1e-30) / sm.peak)
+    n_seams = max(len(seams) - 1, 1)
+    ev = {"chunk_frames": chunk, "context_frames": context, "hop_length": sm.hop_length,
+          "decoder_trim_d": d, "seams": n_seams, "worst_seam": i, "worst_seam_sample": start,
+          "worst_seam_abs_err": got.worst_err, "worst_seam_db_below_peak": round(-db, 2),
+          "tolerance_abs": sm.tolerance, "missing_samples": got.missing,
+          "missing_per_seam": round(got.missing / n_seams, 3),
+          "more_context_frames": more,
+          "more_context_abs_err": bigger.worst_err if bigger else None,
+          "more_context_fixes": bool(bigger and bigger.clean)}
+    if bigger is not None and bigger.clean:
+        cause = (f"{more} frames of left context fix it: the decoder's receptive field needs more "
+                 f"than {context} frames")
+        hint = f"Decode each chunk with at least {more} frames of left context (stream_context_frames)."
+    elif got.missing > 0 and got.missing % n_seams == 0:
+        per = got.missing // n_seams
+        cause = (f"more left context does not fix it: the stream is {got.missing} samples short, "
+                 f"{per} per seam (the decoder outputs frames*hop - d, d = {d}): the chunk slice "
+                 "drops samples")
+        hint = ("Slice each chunk's audio from context_frames*hop_length - d (d = frames*hop_length "
+                "- output samples), not from context_frames*hop_length.")
+    else:
+        cause = (f"more left context ({more} frames) does not fix it: the chunks are not decoded "
+                 "with the requested left context, or the seams are joined wrongly")
+        hint = ("Decode codes[:, start - context_frames:end] for each chunk and drop the first "
+                "context_frames*hop_length - d samples of its audio.")
+    return [Finding(
+        "hop", "hop.stream_boundary", "fail",
+        f"Streaming decode ({chunk}-frame chunks, {context} frames of left context) differs from "
+        f"the full decode at seam {i} (sample {start}, |err| {got.worst_err:.2e}, "
+        f"{-db:.0f} dB below peak); {cause}.",
+        ev, Where(samples=[int(start), int(start + chunk * sm.hop_length)]), hint)]
+
+
+def check_stream(spec, codes, hop_length: int, full_candidate: Any, trim_d: int | None = None,
+                 precision_floor: float = 0.0) -> list[Finding]:
+    """Compare the port's streaming decode with its full decode (``hop.stream_boundary``).
+
+    :func:`porting_kit.probes.streaming.measure_stream` (same parameters: codes
+    ``[shape=(num_codebooks, frames)]``, ``hop_length`` in samples, ``trim_d`` in
+    samples, ``precision_floor`` a max |diff|) judged by :func:`stream_findings`.
+
+    Returns
+    -------
+    list of Finding
+        Empty when the layout does not stream or every seam is clean.
+
+    Raises
+    ------
+    InputError
+        ``decode_candidate_stream`` raised (the tool could not run, exit 2).
+    """
+    return stream_findings(measure_stream(spec, codes, hop_length, full_candidate, trim_d,
+                                          precision_floor=precision_floor))
+
+
+# --------------------------------------------------------------------------- family
 
 
 def run(ctx) -> list[Finding]:
-    """The ``hop.*`` findings of the spec's decoded pair and of its streaming decode."""
+    """The ``hop.*`` findings of the spec's decoded pair and of its streaming decode.
+
+    Parameters
+    ----------
+    ctx : CheckContext
+        The run's context (spec, device, shared state).
+
+    Returns
+    -------
+    list of Finding
+        The faults, else one ``hop.ok`` (or a ``skip`` when the spec has no audio names).
+    """
     from porting_kit.probes.codec_pair import get_audio_pair
-    from porting_kit.probes.streaming import check_stream
 
     pair = get_audio_pair(ctx)
     if isinstance(pair, str):
         return [skip("hop", pair)]
-    found = [f for f in pair.findings if f.check == "hop"]
-    m = pair.comparison.metrics
+    found = waveform_findings(pair.comparison) + codec_findings(pair)
+    m = pair.comparison.metrics.as_dict()
     ev = {k: m[k] for k in ("frames", "hop_length", "reference_samples", "candidate_samples",
                             "reference_sample_rate", "candidate_sample_rate", "lag_samples",
                             "snr_db", "si_sdr_db", "log_mel_distance_db") if k in m}
@@ -42,7 +353,7 @@ def run(ctx) -> list[Finding]:
         if pair.hop_length is None:
             found.append(skip("hop", "streaming check needs hop_length or codec_config() in the spec"))
         else:
-            n_ref = int(pair.comparison.metrics["reference_samples"])
+            n_ref = int(m["reference_samples"])
             d = int(pair.codes.shape[1]) * pair.hop_length - n_ref
             floor = float(m.get("max_abs_diff", 0.0)) if pair.dtype_explains else 0.0
             found.extend(check_stream(ctx.spec, pair.codes, pair.hop_length, pair.candidate, d,

@@ -22,27 +22,54 @@ Spec audio names (README "Port spec: audio names")
     The candidate's codec module; its parameters must be float32 (dtype check).
 
 The reference decode, the candidate decode and the hypotheses they need are
-computed once (:func:`get_audio_pair`, cached in ``ctx.state["audio.pair"]``);
-the ``hop``, ``channel`` and ``dtype`` families report their part of it.
+computed once (:func:`get_audio_pair`, cached in ``ctx.state["audio.pair"]``)
+as facts (:class:`AudioPair`); the ``hop``, ``channel`` and ``dtype`` families
+(:mod:`porting_kit.checks`) judge their part of it.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from porting_kit.probes.waveform import (FP32_MIN_SNR_DB, HYPOTHESIS_SNR_DB, AudioComparison, Finding,
-                               Where, analyse_waveforms, as_channels_first, snr_db)
 from porting_kit.errors import InputError
+from porting_kit.probes.waveform import (FP32_MIN_SNR_DB, HYPOTHESIS_SNR_DB, WaveformComparison,
+                                         analyse_waveforms, as_channels_first, snr_db)
 
 AUDIO_NAMES = ("codes", "decode_reference", "decode_candidate")
 _STATE_KEY = "audio.pair"
 
 
 @dataclass
+class ContentDiagnosis:
+    """Code-layout hypotheses tried when the layout and timing match but the samples differ.
+
+    Attributes
+    ----------
+    tried : dict
+        Hypothesis name (:func:`codebook_hypotheses`) -> SNR in dB of the served
+        candidate against the reference decode of the codes in that layout.
+    best : str or None
+        The hypothesis with the highest SNR.
+    codebook_fits : bool
+        ``best`` reaches ``HYPOTHESIS_SNR_DB`` and beats the codes as given by 6 dB.
+    given_snr_db : float
+        SNR of the candidate against the reference decode of the codes as given, dB.
+    num_codebooks, frames : int
+        The codes' shape.
+    """
+
+    tried: dict[str, float]
+    best: str | None
+    codebook_fits: bool
+    given_snr_db: float
+    num_codebooks: int
+    frames: int
+
+
+@dataclass
 class AudioPair:
-    """The decoded reference/candidate pair and what the shared analysis found.
+    """The decoded reference/candidate pair and what was measured on it (facts, no findings).
 
     Attributes
     ----------
@@ -53,16 +80,16 @@ class AudioPair:
         The raw decoded outputs (reference native layout; candidate as served).
     sr_reference, sr_candidate : int
         Hz.
-    comparison : AudioComparison
+    comparison : WaveformComparison
         :func:`porting_kit.probes.waveform.analyse_waveforms` of the pair (served mode).
-    findings : list of Finding
-        Every ``hop.*`` / ``channel.*`` fault of the pair, including the
-        hypotheses that need the decoder (``hop.codebook_order``) and
-        ``hop.unexplained``.
+    diagnosis : ContentDiagnosis or None
+        The code-layout hypotheses, tried when no structural hypothesis fits, the
+        samples are finite and the SNR is below ``FP32_MIN_SNR_DB``.
     bf16_snr_db : float or None
-        SNR of the reference decoded under bf16 autocast against its fp32 decode.
+        SNR (dB) of the reference decoded under bf16 autocast against its fp32 decode.
     dtype_explains : bool
-        The candidate's residual error is the size a bf16/autocast decode makes.
+        No code layout fits and the candidate's residual error is the size a
+        bf16/autocast decode makes (SNR within 20 dB of ``bf16_snr_db``).
     """
 
     codes: Any
@@ -71,8 +98,8 @@ class AudioPair:
     candidate: Any
     sr_reference: int
     sr_candidate: int
-    comparison: AudioComparison
-    findings: list[Finding] = field(default_factory=list)
+    comparison: WaveformComparison
+    diagnosis: ContentDiagnosis | None = None
     bf16_snr_db: float | None = None
     dtype_explains: bool = False
 
@@ -146,6 +173,12 @@ def autocast_decode(spec, codes, device: str = "cpu") -> tuple[Any, int]:
 def get_audio_pair(ctx) -> AudioPair | str:
     """Decode the spec's codes on both sides and analyse them, once per run.
 
+    Parameters
+    ----------
+    ctx : CheckContext
+        The run's context; the pair is cached in ``ctx.state["audio.pair"]`` and
+        shown in ``ctx.extras["audio_pair"]``.
+
     Returns
     -------
     AudioPair, or str
@@ -174,12 +207,11 @@ def get_audio_pair(ctx) -> AudioPair | str:
         ref, sr_r = _decode(spec, "decode_reference", codes)
         cand, sr_c = _decode(spec, "decode_candidate", codes)
     cmp = analyse_waveforms(ref, cand, sr_r, sr_c, hop_length=hop, frames=int(codes.shape[1]),
-                            served=True, min_snr_db=-math.inf)
+                            served=True)
     pair = AudioPair(codes=codes, hop_length=hop, reference=ref, candidate=cand,
-                     sr_reference=sr_r, sr_candidate=sr_c, comparison=cmp,
-                     findings=list(cmp.findings))
-    structural = [f for f in cmp.findings if f.code != "channel.shape_contract"]
-    nonfinite = any("nonfinite_samples" in f.evidence for f in cmp.findings)
+                     sr_reference=sr_r, sr_candidate=sr_c, comparison=cmp)
+    structural = cmp.structural()
+    nonfinite = bool(cmp.nonfinite)
     if not nonfinite:
         bf, _ = autocast_decode(spec, codes, ctx.device)
         r = served(ref)
@@ -194,8 +226,8 @@ def get_audio_pair(ctx) -> AudioPair | str:
 
 
 def _diagnose_content(spec, pair: AudioPair) -> None:
-    """Same layout and timing, different samples: try the code-layout and the low-precision
-    hypotheses, else ``hop.unexplained``."""
+    """Same layout and timing, different samples: try the code-layout hypotheses, then the
+    low-precision one (``pair.dtype_explains``)."""
     import torch
 
     cand = served(pair.candidate)
@@ -207,33 +239,10 @@ def _diagnose_content(spec, pair: AudioPair) -> None:
         n = min(y.size, cand.size)
         tried[name] = snr_db(y[:n], cand[:n])
     best = max(tried, key=lambda k: tried[k]) if tried else None
-    m = pair.comparison.metrics
-    if best and tried[best] >= HYPOTHESIS_SNR_DB and tried[best] > pair.comparison.content_snr_db + 6:
-        K, T = pair.codes.shape
-        pair.findings.append(Finding(
-            "hop", "hop.codebook_order", "fail",
-            f"The candidate decodes the codes in the wrong layout ({best.replace('_', ' ')}): "
-            f"decoding the reference with that layout reproduces the candidate "
-            f"(SNR {tried[best]:.1f} dB vs {pair.comparison.content_snr_db:.1f} dB as given).",
-            {"hypothesis": best, "num_codebooks": int(K), "frames": int(T),
-             "hypothesis_snr_db": tried[best], "given_snr_db": pair.comparison.content_snr_db,
-             **{f"snr_db_{k}": v for k, v in tried.items()}},
-            Where(),
-            "Codes are (num_codebooks, frames): rebuild them from the frame-major AR stream with "
-            "stream.reshape(frames, num_codebooks).T, not stream.reshape(num_codebooks, frames)."))
-        return
+    given = pair.comparison.content_snr_db
+    fits = bool(best and tried[best] >= HYPOTHESIS_SNR_DB and tried[best] > given + 6)
+    K, T = pair.codes.shape
+    pair.diagnosis = ContentDiagnosis(tried, best, fits, given, int(K), int(T))
     bf = pair.bf16_snr_db
-    if bf is not None and pair.comparison.content_snr_db >= bf - 20.0:
+    if not fits and bf is not None and given >= bf - 20.0:
         pair.dtype_explains = True  # the dtype family reports it
-        return
-    pair.findings.append(Finding(
-        "hop", "hop.unexplained", "fail",
-        f"The candidate's audio differs from the reference (SNR "
-        f"{pair.comparison.content_snr_db:.1f} dB) with the right length, layout and timing, and "
-        "no audio hypothesis fits (code layout, bf16 decode).",
-        {"snr_db": pair.comparison.content_snr_db, "si_sdr_db": m.get("si_sdr_db"),
-         "log_mel_distance_db": m.get("log_mel_distance_db"), "bf16_snr_db": bf,
-         **{f"snr_db_{k}": v for k, v in tried.items()}},
-        Where(),
-        "Run the layer-parity family on the codec (weights, conversion, normalisation) to find "
-        "where its output diverges."))

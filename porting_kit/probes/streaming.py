@@ -1,4 +1,4 @@
-"""Streaming decode: chunked decoding with left context against one full decode (``hop.stream_boundary``).
+"""Streaming decode: chunked decoding with left context measured against one full decode.
 
 A streaming TTS server decodes the codes chunk by chunk as they arrive
 (vLLM-Omni's ``async_chunk``). Each chunk of ``chunk_frames`` frames is
@@ -16,19 +16,20 @@ faults give clicks at the seams:
 
 :func:`stream_decode` is a correct chunked decode of any ``decode(codes) ->
 (waveform, sample_rate)`` (missing samples assumed at the end, as in causal
-decoders); :func:`check_stream` compares the port's own streaming decode
-(spec ``decode_candidate_stream``) with its full decode and says which fault it is.
+decoders); :func:`measure_stream` measures the port's own streaming decode
+(spec ``decode_candidate_stream``) against its full decode, seam by seam, and
+with more left context; :func:`porting_kit.checks.hop.stream_findings` says which
+fault it is (``hop.stream_boundary``).
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from porting_kit.probes.waveform import as_channels_first
-from porting_kit.report.findings import Finding, Where
 
 #: A seam is clean when the streamed audio is within this fraction of the full decode's peak (-60 dB).
 SEAM_TOLERANCE = 1e-3
@@ -101,19 +102,90 @@ def seam_errors(full: np.ndarray, streamed: np.ndarray, seams: list[int]) -> lis
             for i in range(len(bounds) - 1)]
 
 
-def _measure(full: np.ndarray, streamed: np.ndarray, seams: list[int], tol: float) -> dict[str, Any]:
+@dataclass
+class SeamMeasurement:
+    """How one streamed decode differs from the full decode, per chunk region.
+
+    Attributes
+    ----------
+    errors : list of float
+        Max |full - streamed| in each chunk region (mono, equal prefix).
+    worst : int
+        Index of the region with the largest error.
+    worst_err : float
+        Its error (same unit as the waveform samples).
+    first_bad : int or None
+        First region above the tolerance.
+    missing : int
+        Samples the stream lacks against the full decode (negative: extra samples).
+    clean : bool
+        Every region within the tolerance and the lengths equal.
+    """
+
+    errors: list[float]
+    worst: int
+    worst_err: float
+    first_bad: int | None
+    missing: int
+    clean: bool
+
+
+@dataclass
+class StreamMeasurement:
+    """The port's streaming decode against its full decode, and with more left context.
+
+    Attributes
+    ----------
+    chunk_frames, context_frames : int
+        The port's configured chunk and left context (frames).
+    hop_length : int
+        Samples per frame.
+    trim_d : int
+        The decoder's ``d`` (``frames * hop_length - samples``), samples.
+    seams : list of int
+        Start sample of each chunk region in the full decode (``seams[0] == 0``).
+    peak : float
+        Max |x| of the full decode (1.0 for silence).
+    tolerance : float
+        Absolute error a seam may have: ``max(SEAM_TOLERANCE * peak, 4 * precision_floor)``.
+    streamed : SeamMeasurement
+        The port's stream at its own context.
+    more_context_frames : int or None
+        The last larger left context tried (the smallest that made the seams clean,
+        when one did); ``None`` when the stream was clean or none was tried.
+    more_context : SeamMeasurement or None
+        The stream at ``more_context_frames``.
+    """
+
+    chunk_frames: int
+    context_frames: int
+    hop_length: int
+    trim_d: int
+    seams: list[int]
+    peak: float
+    tolerance: float
+    streamed: SeamMeasurement
+    more_context_frames: int | None = None
+    more_context: SeamMeasurement | None = None
+
+
+def _measure(full: np.ndarray, streamed: np.ndarray, seams: list[int], tol: float) -> SeamMeasurement:
     errs = seam_errors(full, streamed, seams)
     worst = int(np.argmax(errs)) if errs else 0
     bad = [i for i, e in enumerate(errs) if e > tol]
-    return {"errors": errs, "worst": worst, "worst_err": errs[worst] if errs else 0.0,
-            "first_bad": bad[0] if bad else None,
-            "missing": int(full.shape[-1] - streamed.shape[-1]),
-            "clean": not bad and full.shape[-1] == streamed.shape[-1]}
+    return SeamMeasurement(errs, worst, errs[worst] if errs else 0.0, bad[0] if bad else None,
+                           int(full.shape[-1] - streamed.shape[-1]),
+                           not bad and full.shape[-1] == streamed.shape[-1])
 
 
-def check_stream(spec, codes, hop_length: int, full_candidate: Any,
-                 trim_d: int | None = None, precision_floor: float = 0.0) -> list[Finding]:
-    """Compare the port's streaming decode with its full decode (``hop.stream_boundary``).
+def _configured(spec, name: str, default: int) -> int:
+    v = spec.get(name, default)
+    return int(v() if callable(v) else v)
+
+
+def measure_stream(spec, codes, hop_length: int, full_candidate: Any, trim_d: int | None = None,
+                   precision_floor: float = 0.0) -> StreamMeasurement | None:
+    """Measure the port's streaming decode against its full decode, seam by seam.
 
     Parameters
     ----------
@@ -124,11 +196,11 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any,
     codes : torch.LongTensor [shape=(num_codebooks, frames)]
     hop_length : int
         Samples per frame.
-    full_candidate : waveform
+    full_candidate : np.ndarray or torch.Tensor [shape=(samples,) or (channels, samples)]
         ``decode_candidate(codes)``'s waveform (served form).
     trim_d : int, optional
-        The codec's ``d`` (``frames * hop_length - samples`` of the reference
-        decode); default: measured on ``full_candidate``.
+        The codec's ``d`` in samples (``frames * hop_length - samples`` of the
+        reference decode); default: measured on ``full_candidate``.
     precision_floor : float
         The candidate's own error against the reference (max |diff|) when it
         decodes in low precision: a chunked decode cannot be closer to the
@@ -136,16 +208,19 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any,
 
     Returns
     -------
-    list of Finding
-        Empty when ``decode_candidate_stream`` returns ``None`` (the layout
-        does not stream) or when every seam is within ``SEAM_TOLERANCE`` of the full decode's
-        peak; else one ``hop.stream_boundary`` with the worst seam (sample
-        range), whether more left context fixes it, and the decoder's ``d``.
+    StreamMeasurement or None
+        ``None`` when ``decode_candidate_stream`` returns ``None`` (the layout
+        does not stream). When the stream is not clean, a few larger left
+        contexts are tried (2x, 4x, +16, +32 frames, all frames) up to the first
+        that makes it clean.
+
+    Raises
+    ------
+    InputError
+        ``decode_candidate_stream`` (or a ``stream_*_frames`` function) raised.
     """
-    chunk = spec.get("stream_chunk_frames", DEFAULT_CHUNK_FRAMES)
-    context = spec.get("stream_context_frames", DEFAULT_CONTEXT_FRAMES)
-    chunk = int(chunk() if callable(chunk) else chunk)
-    context = int(context() if callable(context) else context)
+    chunk = _configured(spec, "stream_chunk_frames", DEFAULT_CHUNK_FRAMES)
+    context = _configured(spec, "stream_context_frames", DEFAULT_CONTEXT_FRAMES)
     T = int(codes.shape[-1])
     full = as_channels_first(full_candidate).mean(axis=0)
     peak = float(np.max(np.abs(full))) or 1.0
@@ -153,7 +228,7 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any,
     d = output_trim(T, full.size, hop_length) if trim_d is None else int(trim_d)
     seams = [0] + [max(s * hop_length - d, 0) for s in range(chunk, T, chunk)]
 
-    def run(ctx_frames: int) -> dict[str, Any] | None:
+    def run(ctx_frames: int) -> SeamMeasurement | None:
         out = spec.call("decode_candidate_stream", codes, chunk, ctx_frames)
         if out is None:
             return None
@@ -161,47 +236,14 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any,
 
     got = run(context)
     if got is None:  # the spec says this layout does not stream
-        return []
-    if got["clean"]:
-        return []
+        return None
+    sm = StreamMeasurement(chunk, context, hop_length, d, seams, peak, tol, got)
+    if got.clean:
+        return sm
     # more left context: the smallest of a few larger contexts that makes the seams clean
     for more in sorted({min(T, x) for x in (2 * context, 4 * context, context + 16,
                                               context + 32, T)} - {context}):
-        bigger = run(more)
-        if bigger is None or bigger["clean"]:
+        sm.more_context_frames, sm.more_context = more, run(more)
+        if sm.more_context is None or sm.more_context.clean:
             break
-    i = got["first_bad"] if got["missing"] else got["worst"]
-    i = 0 if i is None else i
-    start = seams[i] if i < len(seams) else seams[-1]
-    db = 20 * math.log10(max(got["worst_err"], 1e-30) / peak)
-    n_seams = max(len(seams) - 1, 1)
-    ev = {"chunk_frames": chunk, "context_frames": context, "hop_length": hop_length,
-          "decoder_trim_d": d, "seams": n_seams, "worst_seam": i, "worst_seam_sample": start,
-          "worst_seam_abs_err": got["worst_err"], "worst_seam_db_below_peak": round(-db, 2),
-          "tolerance_abs": tol, "missing_samples": got["missing"],
-          "missing_per_seam": round(got["missing"] / n_seams, 3),
-          "more_context_frames": more,
-          "more_context_abs_err": bigger["worst_err"] if bigger else None,
-          "more_context_fixes": bool(bigger and bigger["clean"])}
-    if bigger is not None and bigger["clean"]:
-        cause = (f"{more} frames of left context fix it: the decoder's receptive field needs more "
-                 f"than {context} frames")
-        hint = f"Decode each chunk with at least {more} frames of left context (stream_context_frames)."
-    elif got["missing"] > 0 and got["missing"] % n_seams == 0:
-        per = got["missing"] // n_seams
-        cause = (f"more left context does not fix it: the stream is {got['missing']} samples short, "
-                 f"{per} per seam (the decoder outputs frames*hop - d, d = {d}): the chunk slice "
-                 "drops samples")
-        hint = ("Slice each chunk's audio from context_frames*hop_length - d (d = frames*hop_length "
-                "- output samples), not from context_frames*hop_length.")
-    else:
-        cause = (f"more left context ({more} frames) does not fix it: the chunks are not decoded "
-                 "with the requested left context, or the seams are joined wrongly")
-        hint = ("Decode codes[:, start - context_frames:end] for each chunk and drop the first "
-                "context_frames*hop_length - d samples of its audio.")
-    return [Finding(
-        "hop", "hop.stream_boundary", "fail",
-        f"Streaming decode ({chunk}-frame chunks, {context} frames of left context) differs from "
-        f"the full decode at seam {i} (sample {start}, |err| {got['worst_err']:.2e}, "
-        f"{-db:.0f} dB below peak); {cause}.",
-        ev, Where(samples=[int(start), int(start + chunk * hop_length)]), hint)]
+    return sm

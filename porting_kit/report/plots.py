@@ -177,7 +177,7 @@ def plot_spectrogram_difference(reference, candidate, sample_rate: int, *, axes=
 
 def save_audio_comparison(comparison, path) -> None:
     """Write the waveform overlay and spectrogram difference of an
-    :class:`~porting_kit.probes.waveform.AudioComparison` to one PNG at ``path``."""
+    :class:`~porting_kit.probes.waveform.WaveformComparison` to one PNG at ``path``."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
