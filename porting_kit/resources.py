@@ -62,22 +62,3 @@ def data_file(name: str) -> Path:
         The path; its existence is not checked.
     """
     return _PACKAGE / "data" / name
-
-
-def is_inside_package(path: str | Path) -> bool:
-    """True when ``path`` lies inside the installed package (where no command may write).
-
-    Parameters
-    ----------
-    path : str or Path
-        Any path; resolved (links followed) before the comparison.
-
-    Returns
-    -------
-    bool
-    """
-    try:
-        Path(path).resolve().relative_to(_PACKAGE)
-    except ValueError:
-        return False
-    return True
