@@ -10,9 +10,10 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 python3 -m pip wheel -q --no-deps -w "$W/dist" "$REPO"
 WHEEL=$(ls "$W"/dist/porting_kit-*.whl)
+LISTING=$(python3 -m zipfile -l "$WHEEL")   # listed once: grep -q on a pipe would break it under pipefail
 for want in porting_kit/_shipped/templates/ porting_kit/_shipped/notebooks/ porting_kit/_shipped/examples/ \
             porting_kit/_shipped/reference_audio/ porting_kit/py.typed porting_kit/data/; do
-  python3 -m zipfile -l "$WHEEL" | grep -q -- "$want" || { echo "wheel lacks $want"; exit 1; }
+  grep -q -- "$want" <<<"$LISTING" || { echo "wheel lacks $want"; exit 1; }
 done
 
 python3 -m venv "$W/core"
