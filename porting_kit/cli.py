@@ -10,7 +10,7 @@ line on stderr, only when stderr is a terminal.
 ``porting-kit-lint`` (the pre-commit hook, ``porting_kit.cli:lint_main``) is
 the ``lint`` command run on its own: :data:`lint_app`, :func:`lint_main`.
 The options of every command are listed in README.md ("Command line");
-``tests/test_cli_help.py`` keeps the two in step.
+``tests/cli/test_cli_help.py`` keeps the two in step.
 """
 
 from __future__ import annotations

@@ -1,6 +1,17 @@
-"""Shared test setup: offline hub, and a broken CUDA torchaudio must not break transformers."""
+"""Shared test setup: offline hub, and a broken CUDA torchaudio must not break transformers.
+
+The tests live in sub-folders mirroring the package (unit, checks, lint, scaffold, cli,
+notebooks); this folder goes on ``sys.path`` so they import ``scaffold_helpers`` and
+find ``specs/`` whatever pytest's import mode.
+"""
 
 import os
+import sys
+from pathlib import Path
+
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -1,4 +1,4 @@
-"""Test spec: transformers Llama vs itself, with planted faults (used by tests/test_parity.py)."""
+"""Test spec: transformers Llama vs itself, with planted faults (used by tests/checks/test_parity.py)."""
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM

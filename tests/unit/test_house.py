@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "porting_kit"
+PKG = Path(__file__).resolve().parents[2] / "porting_kit"
 FAMILIES = ("parity", "rope", "norm", "config", "hop", "channel", "dtype", "rng", "lifecycle", "decode",
             "sampling", "batch", "features", "tp", "cudagraph")
 CODE = re.compile(r"^(%s)\.[a-z][a-z0-9_]*$" % "|".join(FAMILIES))

@@ -10,7 +10,7 @@ from porting_kit.errors import InputError
 from porting_kit.runner import run_check
 from porting_kit.spec import load_spec
 
-SPEC = str(Path(__file__).parent / "specs" / "hf_llama_pair.py")
+SPEC = str(Path(__file__).resolve().parents[1] / "specs" / "hf_llama_pair.py")
 
 
 def test_clean_pair_passes_and_writes_schema(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from porting_kit.cli import main
 from porting_kit.fsutil import atomic_write_text
 
-SPEC = str(Path(__file__).parent / "specs" / "hf_llama_pair.py")
+SPEC = str(Path(__file__).resolve().parents[1] / "specs" / "hf_llama_pair.py")
 
 
 def _one_line(capsys) -> str:

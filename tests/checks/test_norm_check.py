@@ -10,7 +10,7 @@ import pytest
 from porting_kit.runner import run_check
 from porting_kit.spec import Spec, load_spec
 
-LLAMA = str(Path(__file__).resolve().parents[1] / "examples" / "llama_meta.py")
+LLAMA = str(Path(__file__).resolve().parents[2] / "examples" / "llama_meta.py")
 
 
 @functools.cache

@@ -10,7 +10,7 @@ from porting_kit.audio_files import compare_files
 from porting_kit.probes.waveform import estimate_lag, snr_db, spectral_peak_hz
 from porting_kit.cli import main
 
-CLIPS = Path(__file__).resolve().parents[1] / "reference_audio"
+CLIPS = Path(__file__).resolve().parents[2] / "reference_audio"
 
 
 def _speech():

@@ -8,7 +8,7 @@ import soundfile as sf
 from porting_kit.baseline import compare, read_sidecar, record
 from porting_kit.cli import main
 
-CLIPS = Path(__file__).resolve().parents[1] / "reference_audio"
+CLIPS = Path(__file__).resolve().parents[2] / "reference_audio"
 
 
 def test_record_then_compare(tmp_path, capsys):

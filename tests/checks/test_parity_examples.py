@@ -7,7 +7,7 @@ import pytest
 from porting_kit.cli import main
 from porting_kit.runner import run_check
 
-LLAMA = str(Path(__file__).resolve().parents[1] / "examples" / "llama_meta.py")
+LLAMA = str(Path(__file__).resolve().parents[2] / "examples" / "llama_meta.py")
 
 
 def test_embedded_clean_passes():
@@ -86,7 +86,7 @@ def test_encodec_pair_aligns_without_a_module_map():
     # the sketches, with no spec help.
     from porting_kit.spec import load_spec
 
-    spec = load_spec(str(Path(__file__).resolve().parents[1] / "examples" / "encodec_pair.py"))
+    spec = load_spec(str(Path(__file__).resolve().parents[2] / "examples" / "encodec_pair.py"))
     del spec.module.module_map
     r = run_check(spec, only="parity")
     assert r.codes() == ["parity.ok"]

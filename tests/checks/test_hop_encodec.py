@@ -6,7 +6,7 @@ import pytest
 
 from porting_kit.runner import run_check
 
-SPEC = str(Path(__file__).resolve().parents[1] / "examples" / "encodec_pair.py")
+SPEC = str(Path(__file__).resolve().parents[2] / "examples" / "encodec_pair.py")
 ONLY = "hop,channel,dtype"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from porting_kit.cli import lint_main as main
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 STEREO = "def to_mono(wav):\n    return wav.T.reshape(-1)\n"
 
 

@@ -13,7 +13,7 @@ pytest.importorskip("llama_models")
 
 from porting_kit.spec import load_spec  # noqa: E402
 
-SPEC = Path(__file__).resolve().parents[1] / "examples" / "llama_meta.py"
+SPEC = Path(__file__).resolve().parents[2] / "examples" / "llama_meta.py"
 _REFERENCE: dict[str, tuple] = {}
 
 

@@ -4,7 +4,7 @@ import ast
 import re
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "porting_kit"
+PACKAGE = Path(__file__).resolve().parents[2] / "porting_kit"
 #: A fault-code string literal of a check family (``"hop.offset"``...).
 FAULT_CODE = re.compile(r'"(hop|channel|dtype|rope|norm|parity|rng|lifecycle|config)\.[a-z_]+"')
 
