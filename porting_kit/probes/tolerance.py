@@ -141,19 +141,43 @@ def tolerance_for(dtype: Any, overrides: dict[str, dict[str, float]] | None = No
     Raises
     ------
     InputError
-        When an override names an unknown field or dtype (exit 2).
+        When the overrides are not a dict of dicts, or name an unknown dtype or field,
+        or give a value that is not a finite number >= 0 (exit 2).
     """
     name = dtype_name(dtype)
     tol = DEFAULTS.get(name, DEFAULTS["float32"])
-    if overrides:
-        for key in overrides:
-            if key not in DEFAULTS:
-                raise InputError(f"tolerances: unknown dtype {key!r}; use {', '.join(DEFAULTS)}")
-        over = overrides.get(name)
-        if over:
-            bad = set(over) - {"rtol", "atol", "rel"}
-            if bad:
-                raise InputError(f"tolerances[{name!r}]: unknown field(s) {', '.join(sorted(bad))}; "
-                                 "use rtol, atol, rel")
-            tol = replace(tol, **{k: float(v) for k, v in over.items()})
+    checked = _checked_overrides(overrides)
+    if checked.get(name):
+        tol = replace(tol, **checked[name])
     return tol
+
+
+_FIELDS = ("rtol", "atol", "rel")
+
+
+def _checked_overrides(overrides: Any) -> dict[str, dict[str, float]]:
+    """The spec's ``tolerances`` validated whole (every dtype, not only the compared one),
+    values as floats. Raises InputError on anything :func:`tolerance_for` cannot use."""
+    if not overrides:
+        return {}
+    if not isinstance(overrides, dict):
+        raise InputError(f"tolerances: must be a dict of dtype name -> {{field: value}}, "
+                         f"got {type(overrides).__name__}")
+    out: dict[str, dict[str, float]] = {}
+    for key, over in overrides.items():
+        if key not in DEFAULTS:
+            raise InputError(f"tolerances: unknown dtype {key!r}; use {', '.join(DEFAULTS)}")
+        if not isinstance(over, dict):
+            raise InputError(f"tolerances[{key!r}]: must be a dict of {', '.join(_FIELDS)}, "
+                             f"got {type(over).__name__}")
+        bad = set(over) - set(_FIELDS)
+        if bad:
+            raise InputError(f"tolerances[{key!r}]: unknown field(s) {', '.join(sorted(map(str, bad)))}; "
+                             "use rtol, atol, rel")
+        for field_name, value in over.items():
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value < 0):
+                raise InputError(f"tolerances[{key!r}][{field_name!r}]: must be a finite number >= 0, "
+                                 f"got {value!r}")
+        out[key] = {k: float(v) for k, v in over.items()}
+    return out
