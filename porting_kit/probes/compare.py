@@ -98,6 +98,16 @@ def first_tensor(obj: Any):
     return None
 
 
+def _flat_pair(ref, cand):
+    """Both tensors flattened, the candidate on the reference's device; ValueError when their
+    element counts differ."""
+    if ref.numel() != cand.numel():
+        raise ValueError(f"cannot compare tensors of {ref.numel()} elements {tuple(ref.shape)} and "
+                         f"{cand.numel()} elements {tuple(cand.shape)}")
+    a = ref.detach().reshape(-1)
+    return a, cand.detach().to(a.device).reshape(-1)
+
+
 _CHUNK = 1 << 22  # elements per chunk: bounds the comparison's transient memory
 
 
@@ -124,11 +134,15 @@ def quick_metrics(ref, cand, tol: Tolerance) -> TensorMetrics | None:
         ``mismatched=0``, ``max_abs``, ``rel_err``, and ``max_rel`` / ``cosine`` ``None``
         and empty indices (not computed). ``None`` otherwise: the caller then runs
         :func:`tensor_metrics` for the full report.
+
+    Raises
+    ------
+    ValueError
+        When the element counts differ (a one-element candidate would otherwise broadcast).
     """
     import torch
 
-    a_all = ref.detach().reshape(-1)
-    b_all = cand.detach().to(a_all.device).reshape(-1)
+    a_all, b_all = _flat_pair(ref, cand)
     n = a_all.numel()
     f64 = torch.float64
     dev = a_all.device
@@ -173,6 +187,12 @@ def tensor_metrics(ref, cand, tol: Tolerance) -> TensorMetrics:
     -------
     TensorMetrics
 
+    Raises
+    ------
+    ValueError
+        When the element counts differ (a one-element candidate would otherwise broadcast
+        against every reference element and compare as if it were the whole tensor).
+
     Notes
     -----
     The tensors are walked in chunks of 2**22 elements so that comparing a
@@ -181,8 +201,7 @@ def tensor_metrics(ref, cand, tol: Tolerance) -> TensorMetrics:
     """
     import torch
 
-    a_all = ref.detach().reshape(-1)
-    b_all = cand.detach().to(a_all.device).reshape(-1)
+    a_all, b_all = _flat_pair(ref, cand)
     n = a_all.numel()
     dev = a_all.device
     f64 = torch.float64
