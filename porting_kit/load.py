@@ -145,6 +145,8 @@ def _materialize(candidate) -> None:
 def _check_shapes(sd: dict[str, Any], candidate, source: str) -> None:
     cand_sd = candidate.state_dict()
     for name, tensor in sd.items():
+        if name.endswith("_extra_state"):  # a module's get_extra_state(): any object, no shape
+            continue
         if name in cand_sd and tuple(cand_sd[name].shape) != tuple(tensor.shape):
             raise InputError(f"weights cannot be loaded into the candidate: {name} has shape "
                              f"{tuple(tensor.shape)} in the {source} but {tuple(cand_sd[name].shape)} "
@@ -169,13 +171,15 @@ def load_weights(spec: Spec, reference, candidate) -> WeightLoad:
     ------
     InputError
         When the weights cannot be loaded at all: a shape mismatch (names the
-        tensor and both shapes), or the candidate's ``load_weights`` /
-        the spec's ``convert_weights`` raising.
+        tensor and both shapes), the candidate's ``load_weights`` /
+        the spec's ``convert_weights`` raising, or ``convert_weights`` returning
+        anything but a dict of tensors (names the first other value).
     """
     import torch
 
     _materialize(candidate)
-    ref_sd = {k: v.detach() for k, v in reference.state_dict().items()}
+    # a module's get_extra_state() puts any object in its state dict: kept, never traced
+    ref_sd = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in reference.state_dict().items()}
     params = dict(candidate.named_parameters())
     with torch.no_grad():
         saved = {n: p.detach().clone() for n, p in params.items() if p.is_floating_point()}
@@ -200,16 +204,22 @@ def load_weights(spec: Spec, reference, candidate) -> WeightLoad:
 def _apply_weights(spec: Spec, ref_sd: dict[str, Any], candidate) -> str:
     """Load ``ref_sd`` into ``candidate`` by the first way the spec/candidate offers; return its name
     (``convert_weights``, ``load_weights`` or ``names``). Raises InputError when loading fails."""
+    import torch
+
     if spec.has("convert_weights"):
         converted = spec.call("convert_weights", dict(ref_sd))
         if not isinstance(converted, dict):
             raise InputError(f"{spec.name}: convert_weights() must return a dict of tensors, "
                              f"got {type(converted).__name__}")
+        for name, value in converted.items():
+            if not isinstance(value, torch.Tensor) and not name.endswith("_extra_state"):
+                raise InputError(f"{spec.name}: convert_weights() must return a dict of tensors; "
+                                 f"{name} is a {type(value).__name__}, not a tensor")
         _check_shapes(converted, candidate, "converted reference weights")
         candidate.load_state_dict(converted, strict=False)
         return "convert_weights"
     if callable(getattr(candidate, "load_weights", None)):
-        items = _Tracking(ref_sd.items())
+        items = _Tracking((k, v) for k, v in ref_sd.items() if isinstance(v, torch.Tensor))
         try:
             candidate.load_weights(items)
         except Exception as exc:
@@ -245,7 +255,7 @@ def _trace_values(ref_sd: dict[str, Any], params: dict[str, Any], result: Weight
     owners: list[int] = []
     names: list[str] = []
     for name, t in ref_sd.items():
-        if not t.is_floating_point() or t.numel() == 0:
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
             continue
         if any(fnmatch.fnmatchcase(name, pat) for pat in exempt):
             continue
@@ -267,7 +277,7 @@ def _trace_values(ref_sd: dict[str, Any], params: dict[str, Any], result: Weight
     owner_list = torch.tensor(owners)[order].tolist()
     found: dict[int, dict[str, int]] = {}
     for pname, p in params.items():
-        if not p.is_floating_point() or p.numel() == 0:
+        if not isinstance(p, torch.Tensor) or not p.is_floating_point() or p.numel() == 0:
             continue
         s = sorted_vals.to(device=p.device, dtype=p.dtype)
         flat = p.detach().reshape(-1)
