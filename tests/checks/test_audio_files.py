@@ -38,6 +38,7 @@ def test_interleaved_440hz_stereo_is_interleaved_flatten(tmp_path):
     assert main(["audio", ref, cand]) == 1
 
 
+@pytest.mark.slow
 def test_mean_downmix_passes_first_channel_is_wrong_downmix(tmp_path):
     y, sr = _speech()
     st = np.stack([y, 0.5 * np.roll(y, 300)])
@@ -81,6 +82,7 @@ def test_planted_faults_on_speech(tmp_path, fault, code, key, value):
     assert main(["audio", ref, cand, "--hop-length", "320"]) == 1
 
 
+@pytest.mark.slow
 def test_clean_pair_passes_with_json_and_plot(tmp_path):
     y, sr = _speech()
     ref = _write(tmp_path / "ref.wav", y, sr)

@@ -44,6 +44,7 @@ def test_embedded_nan_origin():
     assert r.by_code("parity.first_divergence")[0].where.reference == "lm.model.layers.1.mlp"
 
 
+@pytest.mark.slow
 def test_embedded_alignment_coarse_then_fine_inside_the_differing_block():
     clean = run_check(example="tts", only="parity")
     rows = {row["candidate"]: row for row in clean.extras["alignment"]}

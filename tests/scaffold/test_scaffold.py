@@ -229,6 +229,7 @@ def test_only_added_detects_a_changed_line():
     assert only_added("a\nb\n", "a\nx\nb\ny\n")
 
 
+@pytest.mark.slow
 def test_into_real_vllm_omni_tree_is_idempotent(tmp_path):
     tree = unpack_tree(tmp_path / "tree")
     assert not (tree / "tests").exists() and not (tree / "examples").exists()
