@@ -437,7 +437,7 @@ def validate(static: Path | None = typer.Option(None, "--static", metavar="DIR",
 
         if static is None:
             raise InputError("validate needs --static DIR: the folder given to porting-kit scaffold --out/--into "
-                             "(validation on a GPU is not available in this command)")
+                             "(the GPU tier needs CUDA and a serving run; this command does not run it)")
         check_output_path(json_path, inputs=[static])
         report = validate_static(static, prefer_real=not stored_only, model_type=model_type)
         print_report(report, console, title="porting-kit validate --static")
