@@ -351,8 +351,8 @@ _REAL_STEP_CODES = {
     "build": ("scaffold.adapter_build_failed", "adapter.build() raises", "Fix build()."),
     "build_type": ("scaffold.adapter_build_failed", "adapter.build() does not return a PreparedRequest",
                    "Return a PreparedRequest."),
-    "forward": ("scaffold.adapter_drops_value", "adapter.build() does not forward a request value into "
-                "additional_information", "Forward every value build() reads."),
+    "forward": ("scaffold.adapter_drops_value", "adapter.build() does not forward",
+                "Forward every value build() reads."),
 }
 
 

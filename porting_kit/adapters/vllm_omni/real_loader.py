@@ -171,7 +171,8 @@ def _exercise_adapter(run: _Run, adapter_rel: str, adapter_cls) -> None:
         got = info.get(key)
         got = got[0] if isinstance(got, list) and got else got
         if got != value:
-            run.problem("forward", adapter_rel, f"additional_information[{key!r}] is {got!r}", key=key,
+            run.problem("forward", adapter_rel, f"request {key}={value!r} into additional_information "
+                                                f"(got {got!r})", key=key,
                         sent=repr(value), got=repr(got))
 
 
