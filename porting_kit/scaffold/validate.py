@@ -57,6 +57,8 @@ from porting_kit.report.findings import Finding, Report, Where
 
 TIER_MARKERS = ("core_model", "advanced_model", "full_model")
 HARDWARE_MARKERS = ("cpu", "hardware_test", "hardware_marks", "gpu", "cuda")
+#: What every scaffold.tier finding says about the tier --static never runs.
+GPU_TIER_NOTE = "the GPU tier (serving the model on CUDA) is not part of --static"
 
 
 def _f(code: str, status: str, message: str, file: str | None = None, hint: str = "", **evidence) -> Finding:
@@ -414,15 +416,15 @@ def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool =
     if real:
         out.insert(0, _f("scaffold.tier", "pass", f"tier: real vLLM-Omni {why} (PipelineConfig, load_deploy_config, "
                          "merge_pipeline_deploy, registries, adapter validate/build) + strict field checks from "
-                         "dataclasses.fields", tier="real", version=why))
+                         f"dataclasses.fields; {GPU_TIER_NOTE}", tier="real", version=why, skipped="gpu"))
         if not strict_failed:
             from porting_kit.adapters.vllm_omni.real_loader import real_load
 
             out += vllm_real_findings(real_load(root, manifest))
     else:
         out.insert(0, _f("scaffold.tier", "skip", f"tier: stored schema vllm-omni {schema.version} "
-                         f"({vo.SCHEMA_FILE.name}); the real framework did not run: {why}",
-                         tier="stored", version=schema.version, reason=why))
+                         f"({vo.SCHEMA_FILE.name}); the real framework did not run: {why}; {GPU_TIER_NOTE}",
+                         tier="stored", version=schema.version, reason=why, skipped="real,gpu"))
     return out
 
 
@@ -515,15 +517,15 @@ def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool
     strict_failed = any(f.status == "fail" for f in out)
     if real:
         out.insert(0, _f("scaffold.tier", "pass", f"tier: real SGLang-Omni {why} (PipelineConfig validation, "
-                         "stages: overrides through its resolver, compile_logical_processes) + strict field checks",
-                         tier="real", version=why))
+                         "stages: overrides through its resolver, compile_logical_processes) + strict field checks; "
+                         f"{GPU_TIER_NOTE}", tier="real", version=why, skipped="gpu"))
         if not strict_failed:
             plain = yaml.safe_load((root / yaml_rel).read_text(encoding="utf-8"))
             out += sglang_real_findings(so.real_load(root, manifest, plain))
     else:
         out.insert(0, _f("scaffold.tier", "skip", f"tier: stored schema sglang-omni {schema.get('version')} "
-                         f"({so.SCHEMA_FILE.name}); the real framework did not run: {why}",
-                         tier="stored", version=schema.get("version"), reason=why))
+                         f"({so.SCHEMA_FILE.name}); the real framework did not run: {why}; {GPU_TIER_NOTE}",
+                         tier="stored", version=schema.get("version"), reason=why, skipped="real,gpu"))
         if tree is not None:
             out += _sglang_graph_checks(tree, files["config"])
     return out
