@@ -417,13 +417,35 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
     _exit(_guard(body))
 
 
-# --help goes through to validate's own parser, which lists its options (issue 12 rewrites this command).
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
-def validate(ctx: typer.Context):
-    """Validate a scaffold: --static DIR against the real framework schemas, or on a GPU."""
-    from porting_kit.scaffold.validate import cli_main
+@app.command()
+def validate(static: Path | None = typer.Option(None, "--static", metavar="DIR", show_default=False,
+                                               help="Scaffold folder (as given to scaffold --out/--into) to "
+                                                    "validate without a GPU."),
+             json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the JSON report here."),
+             stored_only: bool = typer.Option(False, "--stored-only",
+                                              help="Use the stored schemas even when the framework imports."),
+             model_type: str | None = typer.Option(None, "--model-type", metavar="NAME",
+                                                   help="Only the scaffold of this model type."),
+             debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
+    """Validate a scaffold: --static DIR against the real framework (or its stored schema); names the tier run."""
+    _DEBUG["on"] = _DEBUG["on"] or debug
 
-    _exit(_guard(lambda: cli_main(list(ctx.args))))
+    def body() -> int:
+        from porting_kit.fsutil import check_output_path
+        from porting_kit.report.render import print_report
+        from porting_kit.scaffold.validate import validate_static
+
+        if static is None:
+            raise InputError("validate needs --static DIR: the folder given to porting-kit scaffold --out/--into "
+                             "(the GPU tier needs CUDA and a serving run; this command does not run it)")
+        check_output_path(json_path, inputs=[static])
+        report = validate_static(static, prefer_real=not stored_only, model_type=model_type)
+        print_report(report, console, title="porting-kit validate --static")
+        if json_path:
+            report.write_json(json_path)
+        return report.exit_code
+
+    _exit(_guard(body))
 
 
 def _usage_error_line(exc: Exception, prog_name: str) -> str | None:

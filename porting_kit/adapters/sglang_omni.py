@@ -2,13 +2,15 @@
 
 Real tier (``sglang_omni.config`` imports; it needs only pydantic, pyyaml,
 msgpack, msgspec, pybase64 next to ``pip install --no-deps sglang-omni``):
-:func:`real_validate` imports the generated ``config.py``, builds the
+:func:`real_load` imports the generated ``config.py``, builds the
 ``PipelineConfig`` subclass (its ``model_post_init`` runs ``validate_general``
 and ``validate_processes``: next/terminal exclusivity, ``wait_for`` needs a
 ``merge_fn``, referenced stages exist, non-TP stages declare ``process``),
 applies the YAML's ``stages:`` overrides through SGLang-Omni's own patch
 resolver (``patches_from_stages_mapping`` + ``ConfigResolver``, the path
-``ConfigManager.from_file`` takes), then runs ``compile_logical_processes``.
+``ConfigManager.from_file`` takes), then runs ``compile_logical_processes``,
+and returns what it said (:class:`SglangLoad`, facts only; the ``scaffold.*``
+findings are built in :mod:`porting_kit.scaffold.validate`).
 
 Stored tier: field lists in ``porting_kit/data/sglang_omni_schema.json``,
 generated from the real package (``python -m porting_kit.adapters.sglang_omni
@@ -20,10 +22,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from porting_kit.report.findings import Finding, Where
 from porting_kit.resources import data_file
 
 SCHEMA_FILE = data_file("sglang_omni_schema.json")
@@ -91,40 +93,96 @@ def write_schema(path: Path = SCHEMA_FILE) -> Path:
     return path
 
 
-def _f(code: str, status: str, message: str, file: str | None = None, hint: str = "", **evidence) -> Finding:
-    return Finding("scaffold", code, status, message, {k: v for k, v in evidence.items() if v is not None},
-                   Where(candidate=file), hint)
+@dataclass(frozen=True)
+class SglangLoad:
+    """What the real SGLang-Omni said about a scaffold (:func:`real_load`).
+
+    Attributes
+    ----------
+    version : str
+        The installed sglang-omni version.
+    failed_step : str or None
+        ``"config"`` (importing / building the PipelineConfig), ``"config_cls"`` (the YAML's
+        ``config_cls`` names another class), ``"overrides"`` (the ``stages:`` overrides),
+        ``"process_plan"`` (``compile_logical_processes``); None when everything ran.
+    file : str
+        The scaffold file (relative) of the failing step, or config.py.
+    said : str
+        ``"ExcType: message"`` (or a sentence) from the failing step; ``""`` when none failed.
+    config_class : str
+        The PipelineConfig subclass built (``""`` when none).
+    processes, stages : tuple of str
+        The compiled process names and the stage names (empty unless everything ran).
+    """
+
+    version: str
+    failed_step: str | None
+    file: str
+    said: str = ""
+    config_class: str = ""
+    processes: tuple[str, ...] = ()
+    stages: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when every step ran."""
+        return self.failed_step is None
 
 
-def real_validate(root: Path, manifest: dict[str, Any], overrides: dict[str, Any]) -> list[Finding]:
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).strip()[:400]}"
+
+
+def _build_config(root: Path, config_rel: str, model_type: str, overrides: dict[str, Any]):
+    """``(cls, config)`` built from the generated config.py; raises what SGLang-Omni raises."""
+    from sglang_omni.config import PipelineConfig
+
+    name = f"_pk_scaffold_{model_type}_sglang_config"
+    spec = importlib.util.spec_from_file_location(name, root / config_rel)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    classes = [v for v in vars(module).values()
+               if isinstance(v, type) and issubclass(v, PipelineConfig) and v is not PipelineConfig]
+    wanted = overrides.get("config_cls")
+    cls = next((c for c in classes if c.__name__ == wanted), classes[0] if classes else None)
+    if cls is None:
+        raise ValueError(f"no PipelineConfig subclass in {config_rel}")
+    return cls, cls(model_path=str(overrides.get("model_path") or "placeholder/model"))
+
+
+def real_load(root: Path, manifest: dict[str, Any], overrides: dict[str, Any]) -> SglangLoad:
     """Build the generated config with the real SGLang-Omni, apply the YAML
-    overrides, compile the process plan. Codes: ``scaffold.sglang_invalid``,
-    ``scaffold.sglang_override_rejected``, ``scaffold.process_plan_failed``."""
-    from sglang_omni.config import PipelineConfig, compile_logical_processes
+    overrides, compile the process plan (needs ``sglang_omni``).
+
+    Parameters
+    ----------
+    root : Path
+        The scaffold's folder.
+    manifest : dict
+        Its manifest (``model_type``, ``files``: kind -> relative path).
+    overrides : dict
+        The overrides YAML, loaded plainly (``yaml.safe_load``).
+
+    Returns
+    -------
+    SglangLoad
+        The first failing step and what SGLang-Omni said, or the compiled plan.
+    """
+    from sglang_omni.config import compile_logical_processes
     from sglang_omni.config.resolver import ConfigResolver
     from sglang_omni.config.sources import patches_from_stages_mapping
 
     files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items()}
     config_rel, yaml_rel = files["config"], files["overrides"]
-    name = f"_pk_scaffold_{manifest['model_type']}_sglang_config"
+    version = real_available()[1]
     try:
-        spec = importlib.util.spec_from_file_location(name, root / config_rel)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        classes = [v for v in vars(module).values()
-                   if isinstance(v, type) and issubclass(v, PipelineConfig) and v is not PipelineConfig]
-        wanted = overrides.get("config_cls")
-        cls = next((c for c in classes if c.__name__ == wanted), classes[0] if classes else None)
-        if cls is None:
-            raise ValueError(f"no PipelineConfig subclass in {config_rel}")
-        config = cls(model_path=str(overrides.get("model_path") or "placeholder/model"))
-    except Exception as exc:  # noqa: BLE001
-        return [_f("scaffold.sglang_invalid", "fail", f"{config_rel}: SGLang-Omni rejects the config: "
-                   f"{type(exc).__name__}: {str(exc).strip()[:400]}", config_rel)]
+        cls, config = _build_config(root, config_rel, manifest["model_type"], overrides)
+    except Exception as exc:  # noqa: BLE001 - report, do not crash
+        return SglangLoad(version, "config", config_rel, _said(exc))
     if overrides.get("config_cls") not in (None, cls.__name__):
-        return [_f("scaffold.sglang_override_rejected", "fail", f"{yaml_rel}: config_cls "
-                   f"{overrides.get('config_cls')!r} is not the class in {config_rel} ({cls.__name__})", yaml_rel)]
+        return SglangLoad(version, "config_cls", yaml_rel, f"config_cls {overrides.get('config_cls')!r} is not "
+                          f"the class in {config_rel} ({cls.__name__})", cls.__name__)
     stages_block = overrides.get("stages")
     if stages_block:
         try:
@@ -132,17 +190,13 @@ def real_validate(root: Path, manifest: dict[str, Any], overrides: dict[str, Any
                                                   origin=str(root / yaml_rel))
             config = ConfigResolver(config).resolve(patches).config
         except Exception as exc:  # noqa: BLE001
-            return [_f("scaffold.sglang_override_rejected", "fail", f"{yaml_rel}: SGLang-Omni rejects the "
-                       f"overrides: {type(exc).__name__}: {str(exc).strip()[:400]}", yaml_rel)]
+            return SglangLoad(version, "overrides", yaml_rel, _said(exc), cls.__name__)
     try:
         plan, _ = compile_logical_processes(config)
     except Exception as exc:  # noqa: BLE001
-        return [_f("scaffold.process_plan_failed", "fail", f"compile_logical_processes fails: "
-                   f"{type(exc).__name__}: {str(exc).strip()[:400]}", config_rel)]
-    return [_f("scaffold.ok", "pass", f"SGLang-Omni built {cls.__name__}, applied {yaml_rel} and compiled "
-               f"{len(plan.processes)} process(es)", config_rel,
-               processes=",".join(p.name for p in plan.processes),
-               stages=",".join(s.name for s in config.stages))]
+        return SglangLoad(version, "process_plan", config_rel, _said(exc), cls.__name__)
+    return SglangLoad(version, None, config_rel, "", cls.__name__, tuple(p.name for p in plan.processes),
+                      tuple(s.name for s in config.stages))
 
 
 if __name__ == "__main__":

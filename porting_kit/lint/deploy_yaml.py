@@ -3,22 +3,25 @@
 A YAML file is a deploy file when it lives under a ``deploy/`` directory or its
 top level has a ``stages:`` list (a file under ``deploy/`` without ``stages:``
 and without any deploy key at all is a side config, e.g. vLLM-Omni's
-``qwen3_tts_forced_aligner.yaml``, and is skipped). It is read with ruamel.yaml's round-trip
-loader (comments and positions kept). vLLM-Omni's own ``load_deploy_config``
-is lenient: unknown stage keys go to ``engine_extras`` and topology keys pass
-silently, so these rules are stricter, with the allowed keys taken from the
-real dataclasses (:mod:`porting_kit.lint.deploy_schema`):
+``qwen3_tts_forced_aligner.yaml``, and is skipped). It is read with ruamel.yaml's
+round-trip loader (comments and positions kept). The facts come from
+:func:`porting_kit.adapters.vllm_omni.deploy_keys.deploy_key_problems` over the
+one stored schema (:mod:`porting_kit.adapters.vllm_omni.schema`), the same
+facts ``porting-kit validate`` judges, so both give one verdict:
 
-* PKY101 a topology key (``execution_type``, ``model_stage``,
-  ``input_sources``, ``final_output``, ``owns_tokenizer``,
-  ``engine_output_type`` ...) at the top level, in a stage, its
-  ``engine_args`` or a platform override;
-* PKY102 a key unknown to the schema (top level, stage, ``engine_args``,
-  ``runtime``, ``duplex_session``, platform stages), and the removed
-  ``stage_args`` layout;
-* PKY103 ``max_num_seqs`` below 4 without a reason: a comment on that line,
+* PKY101 (fail) a core topology key (``execution_type``, ``model_stage``,
+  ``input_sources``, ``owns_tokenizer``, ``engine_output_type`` ...) in a stage,
+  its ``engine_args`` or a platform override, or a pipeline field at the top level;
+* PKY102 (fail) a key unknown to the schema (top level, stage, ``engine_args``,
+  ``runtime``, ``duplex_session``, platform stages), the removed ``stage_args``
+  layout, and a stage without ``stage_id``;
+* PKY103 (warn) ``max_num_seqs`` below 4 without a reason: a comment on that line,
   in the comment block right above it, or any earlier comment that names
-  ``max_num_seqs`` (a header that explains every non-default choice).
+  ``max_num_seqs`` (a header that explains every non-default choice);
+* PKY104 (warn) another pipeline-only field in a stage (``scheduler_cls``,
+  ``model_arch`` ...) or legacy stage metadata vLLM-Omni tolerates and ignores
+  (``final_output``, ``final_output_type``, ``is_comprehension``): its own
+  shipped deploy files carry them.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from __future__ import annotations
 import re
 from pathlib import PurePath
 
-from porting_kit.lint.deploy_schema import load_schema
+from porting_kit.adapters.vllm_omni.deploy_keys import deploy_key_problems, is_deploy_doc
+from porting_kit.adapters.vllm_omni.schema import load_schema
 from porting_kit.lint.finding import LintFinding, apply_noqa
 
 _STAGES_LINE = re.compile(r"^stages\s*:", re.MULTILINE)
@@ -37,95 +41,29 @@ def might_be_deploy(path: str, text: str) -> bool:
     return "deploy" in PurePath(path).parts[:-1] or _STAGES_LINE.search(text) is not None
 
 
-class _YamlLint:
-    def __init__(self, path: str, text: str, enabled: frozenset[str]):
-        self.path = path
-        self.lines = text.splitlines()
-        self.enabled = enabled
-        self.schema = load_schema()
-        self.findings: list[LintFinding] = []
+#: KeyProblem kind -> (code, message template).
+_CODES = {
+    "topology": ("PKY101", "topology key `{key}` in {where}: vLLM-Omni ignores it here "
+                           "(topology lives in pipeline.py)"),
+    "unknown": ("PKY102", "`{key}` is not a {where} key in the vLLM-Omni {version} deploy schema"),
+    "shape": ("PKY102", "a {where} entry without `stage_id`, or `stages` that is not a list: the vLLM-Omni "
+                        "{version} loader needs a list of stages with ids"),
+    "serial_without_reason": ("PKY103", "max_num_seqs: {value} serialises the stage and no comment says why "
+                                        "(an AR stage below 4 leaves audio gaps under load)"),
+    "pipeline_only": ("PKY104", "`{key}` in {where} is a pipeline-only field (or legacy stage metadata): "
+                                "vLLM-Omni {version} takes it from pipeline.py"),
+}
 
-    def report(self, code: str, pos: tuple[int, int] | None, message: str) -> None:
-        if code in self.enabled:
-            line, col = (pos[0] + 1, pos[1] + 1) if pos else (1, 1)
-            self.findings.append(LintFinding(self.path, line, col, code, message))
 
-    @staticmethod
-    def key_pos(mapping, key) -> tuple[int, int] | None:
-        try:
-            return tuple(mapping.lc.key(key))
-        except Exception:  # noqa: BLE001 - plain dicts have no positions
-            return None
-
-    def check_keys(self, mapping, allowed: frozenset[str], where: str, topology: bool = True) -> None:
-        for key in mapping:
-            name = str(key)
-            pos = self.key_pos(mapping, key)
-            if topology and name in self.schema.topology:
-                self.report("PKY101", pos, f"topology key `{name}` in {where}: vLLM-Omni ignores it here "
-                                           "(topology lives in pipeline.py)")
-            elif name not in allowed:
-                self.report("PKY102", pos, f"`{name}` is not a {where} key in the vLLM-Omni "
-                                           f"{self.schema.version} deploy schema")
-
-    def has_reason(self, line0: int) -> bool:
-        lines = self.lines
-        if line0 >= len(lines):
-            return False
-        current = lines[line0]
-        hash_at = current.find("#")
-        if hash_at >= 0 and current[hash_at + 1:].strip().lstrip("#").strip():
-            return True
-        j = line0 - 1
-        while j >= 0 and lines[j].strip().startswith("#"):
-            if lines[j].strip().lstrip("#").strip():
-                return True
-            j -= 1
-        return any("max_num_seqs" in ln[ln.find("#"):] for ln in lines[:line0] if "#" in ln)
-
-    def check_max_num_seqs(self, mapping) -> None:
-        if "max_num_seqs" not in mapping:
-            return
-        value = mapping["max_num_seqs"]
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            return
-        pos = self.key_pos(mapping, "max_num_seqs")
-        if n < 4 and not (pos and self.has_reason(pos[0])):
-            self.report("PKY103", pos, f"max_num_seqs: {n} serialises the stage and no comment says why "
-                                       "(an AR stage below 4 leaves audio gaps under load)")
-
-    def check_stage(self, stage, where: str) -> None:
-        if not isinstance(stage, dict):
-            return
-        s = self.schema
-        self.check_keys(stage, s.stage, where)
-        self.check_max_num_seqs(stage)
-        engine_args = stage.get("engine_args")
-        if isinstance(engine_args, dict):
-            self.check_keys(engine_args, s.stage, f"{where} engine_args")
-            self.check_max_num_seqs(engine_args)
-        runtime = stage.get("runtime")
-        if isinstance(runtime, dict):
-            self.check_keys(runtime, s.stage_runtime, f"{where} runtime", topology=False)
-
-    def run(self, doc) -> None:
-        s = self.schema
-        self.check_keys(doc, s.top_level, "top-level")
-        stages = doc.get("stages")
-        if isinstance(stages, list):
-            for stage in stages:
-                self.check_stage(stage, "stage")
-        duplex = doc.get("duplex_session")
-        if isinstance(duplex, dict):
-            self.check_keys(duplex, s.duplex_session, "duplex_session", topology=False)
-        platforms = doc.get("platforms")
-        if isinstance(platforms, dict):
-            for platform in platforms.values():
-                if isinstance(platform, dict) and isinstance(platform.get("stages"), list):
-                    for stage in platform["stages"]:
-                        self.check_stage(stage, "platform stage")
+def _findings(path: str, doc, lines: list[str], enabled: frozenset[str]) -> list[LintFinding]:
+    schema = load_schema()
+    out = []
+    for p in deploy_key_problems(doc, schema, lines):
+        code, template = _CODES[p.kind]
+        if code in enabled:
+            message = template.format(key=p.key, where=p.where, version=schema.version, value=p.value)
+            out.append(LintFinding(path, p.line or 1, p.col or 1, code, message))
+    return out
 
 
 def lint_yaml(path: str, text: str, enabled: frozenset[str]) -> list[LintFinding]:
@@ -152,13 +90,11 @@ def lint_yaml(path: str, text: str, enabled: frozenset[str]) -> list[LintFinding
         if in_deploy_dir and doc is not None and "PKY000" in enabled:
             return [LintFinding(path, 1, 1, "PKY000", "deploy file's top level is not a mapping")]
         return []
-    if not isinstance(doc.get("stages"), list):
-        if not in_deploy_dir:
-            return []
-        if not any(str(k) in load_schema().top_level for k in doc):
-            return []  # a side config kept in deploy/ (e.g. forced_aligner.yaml), not a deploy file
-    lint = _YamlLint(path, text, enabled)
-    lint.run(doc)
-    findings = apply_noqa(lint.findings, lint.lines)
+    if not isinstance(doc.get("stages"), list) and not in_deploy_dir:
+        return []
+    if not is_deploy_doc(doc, load_schema().top_level):
+        return []  # a side config kept in deploy/ (e.g. forced_aligner.yaml), not a deploy file
+    lines = text.splitlines()
+    findings = apply_noqa(_findings(path, doc, lines, enabled), lines)
     findings.sort(key=LintFinding.sort_key)
     return findings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from porting_kit.lint.rules import fix_for
+from porting_kit.lint.rules import fix_for, severity_of
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9]+(?:[\s,]+[A-Za-z0-9]+)*))?", re.IGNORECASE)
 
@@ -36,15 +36,22 @@ class LintFinding:
     message: str
     file_level: bool = False
 
+    @property
+    def severity(self) -> str:
+        """``"fail"`` or ``"warn"``: the rule's severity (:func:`porting_kit.lint.rules.severity_of`)."""
+        return severity_of(self.code)
+
     def format(self) -> str:
         """The finding as one output line.
 
         Returns
         -------
         str
-            ``path:line:col: CODE message (fix: ...)``, the flake8 / ruff shape plus the rule's fix.
+            ``path:line:col: CODE message (fix: ...)``, the flake8 / ruff shape plus the rule's fix;
+            a warn rule's line reads ``CODE [warn] message``.
         """
-        return f"{self.path}:{self.line}:{self.col}: {self.code} {self.message} (fix: {fix_for(self.code)})"
+        mark = " [warn]" if self.severity == "warn" else ""
+        return f"{self.path}:{self.line}:{self.col}: {self.code}{mark} {self.message} (fix: {fix_for(self.code)})"
 
     def sort_key(self) -> tuple:
         """``(path, line, col, code)``: report order."""

@@ -6,7 +6,8 @@ Usage::
                      [--baseline FILE [--write-baseline]] [--statistics] [--list-rules]
 
 Prints ``path:line:col: CODE message (fix: ...)`` per finding and returns 1
-when there is any, 0 otherwise, 2 when it cannot run (a missing path, an
+when there is any fail finding, 0 otherwise (warn rules print ``CODE [warn]``
+and leave the exit code alone), 2 when it cannot run (a missing path, an
 unknown code, an unreadable baseline: one line on stderr). Directories are
 walked for ``*.py``, ``*.yaml`` and ``*.yml`` (hidden folders, ``__pycache__``,
 virtualenvs, ``build``/``dist`` skipped).
@@ -147,7 +148,7 @@ def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | N
     Returns
     -------
     int
-        0 no (new) finding, 1 findings printed.
+        0 no (new) fail finding (warn findings may be printed), 1 a fail finding printed.
 
     Raises
     ------
@@ -197,4 +198,4 @@ def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | N
         for code in sorted(counts):
             print(f"{counts[code]:6d}  {code}  {RULES[code].summary}", file=out)
         print(f"{len(findings):6d}  total in {len(files)} file(s)", file=out)
-    return EXIT_FINDINGS if findings else EXIT_OK
+    return EXIT_FINDINGS if any(f.severity == "fail" for f in findings) else EXIT_OK

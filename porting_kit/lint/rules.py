@@ -40,11 +40,16 @@ class Rule:
         What it flags, one line (``porting-kit lint --list`` and ``docs/lint_rules.md``).
     fix : str
         What to do instead; appended to every finding as ``(fix: ...)``.
+    severity : str, default "fail"
+        ``"fail"`` (the lint run exits 1) or ``"warn"`` (advice: printed, marked
+        ``[warn]``, exit unchanged). ``porting-kit validate`` gives the same
+        deploy-YAML facts the same severity.
     """
 
     code: str
     summary: str
     fix: str
+    severity: str = "fail"
 
 
 RULES: dict[str, Rule] = {r.code: r for r in (
@@ -103,7 +108,10 @@ RULES: dict[str, Rule] = {r.code: r for r in (
     Rule("PKY102", "key unknown to the vLLM-Omni deploy schema (silently ignored or sent to engine_extras)",
          "fix the spelling or remove the key (put engine-specific extras under engine_extras:)"),
     Rule("PKY103", "max_num_seqs below 4 without a comment giving the reason",
-         "raise it to >= 4, or add a comment on that line or above it saying why serial generation is required"),
+         "raise it to >= 4, or add a comment on that line or above it saying why serial generation is required",
+         "warn"),
+    Rule("PKY104", "pipeline-only field or legacy stage metadata in a deploy stage (scheduler_cls, final_output ...)",
+         "remove it; the StagePipelineConfig in pipeline.py decides it", "warn"),
     # PKT1xx test markers
     Rule("PKT101", "test file has no CI tier marker (core_model / advanced_model / full_model / local_model)",
          "add e.g. `pytestmark = [pytest.mark.core_model, pytest.mark.cpu]`"),
@@ -130,6 +138,11 @@ def fix_for(code: str) -> str:
         ``code`` is not a known rule.
     """
     return RULES[code].fix
+
+
+def severity_of(code: str) -> str:
+    """``"fail"`` or ``"warn"``: the severity of ``code`` (a key of :data:`RULES`; KeyError otherwise)."""
+    return RULES[code].severity
 
 
 def select_codes(select: list[str] | None, ignore: list[str] | None) -> frozenset[str]:

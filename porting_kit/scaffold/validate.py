@@ -13,7 +13,7 @@ Two layers, both reported as ``scaffold.*`` findings in one :class:`Report`
    code                                meaning
    ==================================  =====================================================
    ``scaffold.unknown_deploy_key``     a deploy/override key no schema field matches
-   ``scaffold.topology_key_in_deploy`` a topology key (execution_type, final_output, next,
+   ``scaffold.topology_key_in_deploy`` a topology key (execution_type, model_stage, next,
                                        wait_for ...) in the deploy / override YAML
    ``scaffold.stage_id_mismatch``      deploy stage ids != pipeline stage ids
    ``scaffold.adapter_missing_stage_keys``  adapter without ``stage_keys`` covering the
@@ -22,8 +22,8 @@ Two layers, both reported as ``scaffold.*`` findings in one :class:`Report`
    ``scaffold.adapter_unforwarded_value``  ``build()`` reads a value it never uses
    ``scaffold.max_num_seqs_unexplained``   ``max_num_seqs`` < 4 without a comment (warn)
    ``scaffold.async_chunk_mismatch``   ``async_chunk: true`` on a single-stage pipeline (warn)
-   ``scaffold.pipeline_wide_key_in_stage``  a pipeline-wide key (enable_prefix_caching,
-                                       dtype ...) set per stage (warn)
+   ``scaffold.pipeline_key_in_deploy`` another pipeline-only stage field or legacy stage
+                                       metadata (scheduler_cls, final_output ...) (warn)
    ``scaffold.processor_missing``      a stage-input processor path that names no function
    ``scaffold.registration_missing``   (``--into`` trees) a registration line is absent
    ``scaffold.test_marker_missing``    a generated test without CI tier + hardware marker
@@ -31,9 +31,13 @@ Two layers, both reported as ``scaffold.*`` findings in one :class:`Report`
    ``scaffold.unparsable``             a generated file that does not parse
    ==================================  =====================================================
 
-2. **The real framework** when importable (see
-   :func:`porting_kit.adapters.vllm_omni.schema.real_validate` and
-   :func:`porting_kit.adapters.sglang_omni.real_validate`).
+2. **The real framework** when importable: the adapters run it and return
+   facts (:func:`porting_kit.adapters.vllm_omni.real_loader.real_load`,
+   :func:`porting_kit.adapters.sglang_omni.real_load`); the codes
+   (``scaffold.pipeline_invalid``, ``deploy_invalid``, ``merge_failed``,
+   ``import_failed``, ``adapter_not_detected``, ``adapter_build_failed``,
+   ``adapter_drops_value``, ``sglang_invalid``, ``sglang_override_rejected``,
+   ``process_plan_failed``) are built here.
 
 A ``scaffold.tier`` finding says which tier ran: ``pass`` for the real
 framework, ``skip`` (with the reason) when only the stored schema was used.
@@ -41,21 +45,20 @@ framework, ``skip`` (with the reason) when only the stored schema was used.
 
 from __future__ import annotations
 
-import argparse
-
-from porting_kit.argparse_util import OneLineParser
 import ast
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+from porting_kit.adapters.vllm_omni.deploy_keys import MIN_MAX_NUM_SEQS
 from porting_kit.errors import InputError
 from porting_kit.report.findings import Finding, Report, Where
 
-MIN_MAX_NUM_SEQS = 4
 TIER_MARKERS = ("core_model", "advanced_model", "full_model")
 HARDWARE_MARKERS = ("cpu", "hardware_test", "hardware_marks", "gpu", "cuda")
+#: What every scaffold.tier finding says about the tier --static never runs.
+GPU_TIER_NOTE = "the GPU tier (serving the model on CUDA) is not part of --static"
 
 
 def _f(code: str, status: str, message: str, file: str | None = None, hint: str = "", **evidence) -> Finding:
@@ -143,11 +146,62 @@ def pipeline_stages(tree: ast.Module) -> list[dict[str, Any]]:
     return out
 
 
-def check_deploy_yaml(root: Path, rel: str, schema: dict[str, Any], pipeline_ids: list[int] | None,
+#: KeyProblem kind (adapters/vllm_omni/deploy_keys.py) -> (code, status, hint); lint's PKY1xx agree.
+_KEY_CODES = {
+    "topology": ("scaffold.topology_key_in_deploy", "fail", "Move it to the PipelineConfig / StagePipelineConfig "
+                 "in pipeline.py and remove it here."),
+    "pipeline_only": ("scaffold.pipeline_key_in_deploy", "warn", "Remove it; the StagePipelineConfig in "
+                      "pipeline.py decides it."),
+    "unknown": ("scaffold.unknown_deploy_key", "fail", "Fix the spelling against vllm_omni/config/stage_config.py "
+                "(DeployConfig / StageDeployConfig), or put a genuine pass-through engine arg under engine_extras:."),
+    "serial_without_reason": ("scaffold.max_num_seqs_unexplained", "warn",
+                              "Say why in a comment (e.g. upstream process-wide state) or use >= 4."),
+    "shape": ("scaffold.unparsable", "fail", "Write stages: as a list of mappings, each with a stage_id."),
+}
+
+
+def _key_message(p, rel: str, version: str) -> str:
+    at = f"{rel}:{p.line}" if p.line else rel
+    stage = f"stage {p.stage_id} " if p.stage_id is not None else ""
+    if p.kind == "topology":
+        return f"{at}: {stage}sets '{p.key}' ({p.where}), pipeline topology; it belongs in pipeline.py, and the " \
+               "loader would silently ignore it here"
+    if p.kind == "pipeline_only":
+        return f"{at}: {stage}sets '{p.key}' ({p.where}), a pipeline-only field or legacy stage metadata; " \
+               f"vLLM-Omni {version} takes it from pipeline.py"
+    if p.kind == "unknown":
+        return f"{at}: '{p.key}' is not a {p.where} key of the vLLM-Omni {version} deploy schema (the loader " \
+               "would drop it or bury it in engine_extras)"
+    if p.kind == "serial_without_reason":
+        return f"{at}: max_num_seqs {p.value} < {MIN_MAX_NUM_SEQS} without a comment giving the reason"
+    return f"{at}: every {p.where} needs a stage_id, and stages must be a list"
+
+
+def deploy_key_findings(problems, rel: str, version: str) -> list[Finding]:
+    """``scaffold.*`` findings from the deploy-key facts of
+    :func:`porting_kit.adapters.vllm_omni.deploy_keys.deploy_key_problems` (one per fact;
+    same severity as lint's PKY1xx: fail for topology / unknown / shape, warn otherwise)."""
+    out = []
+    for p in problems:
+        code, status, hint = _KEY_CODES[p.kind]
+        out.append(_f(code, status, _key_message(p, rel, version), rel, hint, key=p.key, where=p.where,
+                      stage_id=p.stage_id, line=p.line))
+    return out
+
+
+def check_deploy_yaml(root: Path, rel: str, schema, pipeline_ids: list[int] | None,
                       single_stage: bool) -> list[Finding]:
-    """Strict checks of a vLLM-Omni deploy YAML against the schema's field lists."""
-    out: list[Finding] = []
+    """Strict checks of a vLLM-Omni deploy YAML (``schema``: a
+    :class:`~porting_kit.adapters.vllm_omni.schema.DeploySchema`).
+
+    The key checks are lint's (PKY1xx) facts with the same severities; with
+    ``pipeline_ids`` the deploy stage ids must match pipeline.py's, and a
+    ``single_stage`` pipeline must not leave ``async_chunk`` on.
+    """
+    from porting_kit.adapters.vllm_omni.deploy_keys import deploy_key_problems
+
     try:
+        text = (root / rel).read_text(encoding="utf-8")
         doc = _yaml_with_lines(root / rel)
     except FileNotFoundError:
         return [_f("scaffold.unparsable", "fail", f"{rel} is missing", rel)]
@@ -155,68 +209,10 @@ def check_deploy_yaml(root: Path, rel: str, schema: dict[str, Any], pipeline_ids
         return [_f("scaffold.unparsable", "fail", f"{rel} is not valid YAML: {exc}", rel)]
     if not isinstance(doc, dict):
         return [_f("scaffold.unparsable", "fail", f"{rel} must be a mapping with a stages: list", rel)]
-    version = schema.get("version", "?")
-    stage_deploy = set(schema["stage_deploy_fields"]) | set(schema["stage_reserved_keys"])
-    stage_topology = set(schema["stage_pipeline_fields"]) - stage_deploy
-    top_allowed = set(schema["deploy_fields"]) | set(schema.get("deploy_top_level_extra", []))
-    top_topology = (set(schema["pipeline_fields"]) - top_allowed) | {"stage_args"}
-    pipeline_wide = set(schema.get("pipeline_wide_engine_fields", [])) - stage_deploy
-
-    for key in doc:
-        where = f"{rel}:{_line(doc, key)}"
-        if key in top_topology:
-            out.append(_f("scaffold.topology_key_in_deploy", "fail",
-                          f"{where}: '{key}' is pipeline topology; it belongs in pipeline.py, not the deploy YAML",
-                          rel, "Move it to the PipelineConfig in pipeline.py.", key=key, line=_line(doc, key)))
-        elif key not in top_allowed:
-            out.append(_f("scaffold.unknown_deploy_key", "fail",
-                          f"{where}: '{key}' is not a DeployConfig field of vLLM-Omni {version}",
-                          rel, "Check the spelling against vllm_omni/config/stage_config.py DeployConfig.",
-                          key=key, line=_line(doc, key)))
+    out = deploy_key_findings(deploy_key_problems(doc, schema, text.splitlines()), rel, schema.version)
     stages = doc.get("stages") or []
-    if not isinstance(stages, list):
-        return out + [_f("scaffold.unparsable", "fail", f"{rel}: stages must be a list", rel)]
-    deploy_ids = []
-    for stage in stages:
-        if not isinstance(stage, dict) or "stage_id" not in stage:
-            out.append(_f("scaffold.unparsable", "fail", f"{rel}: every stage needs a stage_id", rel))
-            continue
-        deploy_ids.append(stage["stage_id"])
-        keys = list(stage)
-        engine_args = stage.get("engine_args")
-        if isinstance(engine_args, dict):
-            keys += list(engine_args)
-        for key in keys:
-            line = _line(stage, key) or (_line(engine_args, key) if isinstance(engine_args, dict) else None)
-            where = f"{rel}:{line}"
-            if key in stage_topology:
-                out.append(_f("scaffold.topology_key_in_deploy", "fail",
-                              f"{where}: stage {stage['stage_id']} sets '{key}', a StagePipelineConfig (topology) "
-                              "field; the loader would silently ignore it", rel,
-                              "Set it on the StagePipelineConfig in pipeline.py and remove it here.",
-                              key=key, stage_id=stage["stage_id"], line=line))
-            elif key in pipeline_wide:
-                out.append(_f("scaffold.pipeline_wide_key_in_stage", "warn",
-                              f"{where}: stage {stage['stage_id']} sets '{key}', a pipeline-wide DeployConfig field; "
-                              "it only reaches the stage through engine_extras", rel,
-                              "Declare it once at the top level of the deploy YAML.",
-                              key=key, stage_id=stage["stage_id"], line=line))
-            elif key not in stage_deploy:
-                out.append(_f("scaffold.unknown_deploy_key", "fail",
-                              f"{where}: stage {stage['stage_id']} key '{key}' is not a StageDeployConfig field of "
-                              f"vLLM-Omni {version} (the loader would bury it in engine_extras)", rel,
-                              "Fix the spelling, or put a genuine pass-through engine arg under engine_extras:.",
-                              key=key, stage_id=stage["stage_id"], line=line))
-        seqs = stage.get("max_num_seqs")
-        if isinstance(seqs, int) and seqs < MIN_MAX_NUM_SEQS:
-            line = _line(stage, "max_num_seqs")
-            text = (root / rel).read_text(encoding="utf-8").splitlines()
-            window = " ".join(text[max(0, (line or 1) - 4): line or 1])
-            if "#" not in window:
-                out.append(_f("scaffold.max_num_seqs_unexplained", "warn",
-                              f"{rel}:{line}: max_num_seqs {seqs} < {MIN_MAX_NUM_SEQS} without a comment giving "
-                              "the reason", rel, "Say why (e.g. upstream process-wide state) or use >= 4.",
-                              line=line))
+    deploy_ids = [st["stage_id"] for st in stages if isinstance(st, dict) and "stage_id" in st] \
+        if isinstance(stages, list) else []
     if single_stage and doc.get("async_chunk", True) is True:
         out.append(_f("scaffold.async_chunk_mismatch", "warn",
                       f"{rel}: async_chunk is on (explicitly or by default) for a single-stage pipeline; "
@@ -339,6 +335,59 @@ def check_test_markers(root: Path, rel: str) -> list[Finding]:
     return out
 
 
+#: LoaderProblem step (adapters/vllm_omni/real_loader.py) -> (code, message prefix, hint).
+_REAL_STEP_CODES = {
+    "pipeline": ("scaffold.pipeline_invalid", "the real PipelineConfig rejects it", "Fix the topology in pipeline.py."),
+    "deploy": ("scaffold.deploy_invalid", "load_deploy_config fails", "Fix the deploy YAML."),
+    "merge": ("scaffold.merge_failed", "merge_pipeline_deploy fails", "Make the deploy stages match pipeline.py."),
+    "import": ("scaffold.import_failed", "does not import against vLLM-Omni", "Fix the import."),
+    "resolve": ("scaffold.pipeline_invalid", "the pipeline registry does not resolve it",
+                "Register the pipeline under its model_type."),
+    "adapter_import": ("scaffold.adapter_build_failed", "does not import", "Fix the adapter's import."),
+    "detect": ("scaffold.adapter_not_detected", "/v1/audio/speech would not route to this adapter",
+               "Put the entry stage's model_stage in the adapter's stage_keys."),
+    "validate": ("scaffold.adapter_build_failed", "adapter.validate() rejects a plain request",
+                 "Accept a request with text, seed, max_new_tokens and language."),
+    "validate_empty": ("scaffold.adapter_build_failed", "adapter.validate() accepts an empty input",
+                       "Reject an input that is only whitespace."),
+    "build": ("scaffold.adapter_build_failed", "adapter.build() raises", "Fix build()."),
+    "build_type": ("scaffold.adapter_build_failed", "adapter.build() does not return a PreparedRequest",
+                   "Return a PreparedRequest."),
+    "forward": ("scaffold.adapter_drops_value", "adapter.build() does not forward",
+                "Forward every value build() reads."),
+}
+
+
+def vllm_real_findings(load) -> list[Finding]:
+    """``scaffold.*`` fail findings from the real vLLM-Omni loader's facts
+    (:class:`~porting_kit.adapters.vllm_omni.real_loader.RealLoad`); none when it loaded everything."""
+    out = []
+    for p in load.problems:
+        code, what, hint = _REAL_STEP_CODES[p.step]
+        out.append(_f(code, "fail", f"{p.file}: {what}: {p.said}", p.file, hint, step=p.step,
+                      version=load.version, **p.details))
+    return out
+
+
+#: SglangLoad failed_step -> (code, message prefix).
+_SGLANG_STEP_CODES = {
+    "config": ("scaffold.sglang_invalid", "SGLang-Omni rejects the config"),
+    "config_cls": ("scaffold.sglang_override_rejected", "the overrides name another config class"),
+    "overrides": ("scaffold.sglang_override_rejected", "SGLang-Omni rejects the overrides"),
+    "process_plan": ("scaffold.process_plan_failed", "compile_logical_processes fails"),
+}
+
+
+def sglang_real_findings(load) -> list[Finding]:
+    """``scaffold.*`` fail findings from the real SGLang-Omni's facts
+    (:class:`~porting_kit.adapters.sglang_omni.SglangLoad`); none when everything ran."""
+    if load.ok:
+        return []
+    code, what = _SGLANG_STEP_CODES[load.failed_step]
+    return [_f(code, "fail", f"{load.file}: {what}: {load.said}", load.file, step=load.failed_step,
+               version=load.version)]
+
+
 def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool = True) -> list[Finding]:
     """Strict checks + (when importable) the real vLLM-Omni loading path."""
     from porting_kit.adapters.vllm_omni import schema as vo
@@ -346,7 +395,7 @@ def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool =
     files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items() if k.split(":", 1)[0] != "test"}
     tests = [v for k, v in manifest["files"].items() if k.startswith("test:")]
     real, why = vo.real_available() if prefer_real else (False, "real tier not requested")
-    schema = vo.schema_from_package() if real else vo.stored_schema()
+    schema = vo.schema_from_package() if real else vo.load_schema()
     out: list[Finding] = []
     tree = _parse_py(root, files["pipeline"], out)
     stages = pipeline_stages(tree) if tree is not None else []
@@ -367,13 +416,15 @@ def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool =
     if real:
         out.insert(0, _f("scaffold.tier", "pass", f"tier: real vLLM-Omni {why} (PipelineConfig, load_deploy_config, "
                          "merge_pipeline_deploy, registries, adapter validate/build) + strict field checks from "
-                         "dataclasses.fields", tier="real", version=why))
+                         f"dataclasses.fields; {GPU_TIER_NOTE}", tier="real", version=why, skipped="gpu"))
         if not strict_failed:
-            out += vo.real_validate(root, manifest)
+            from porting_kit.adapters.vllm_omni.real_loader import real_load
+
+            out += vllm_real_findings(real_load(root, manifest))
     else:
-        out.insert(0, _f("scaffold.tier", "skip", f"tier: stored schema vllm-omni {schema.get('version')} "
-                         f"({vo.SCHEMA_FILE.name}); the real framework did not run: {why}",
-                         tier="stored", version=schema.get("version"), reason=why))
+        out.insert(0, _f("scaffold.tier", "skip", f"tier: stored schema vllm-omni {schema.version} "
+                         f"({vo.SCHEMA_FILE.name}); the real framework did not run: {why}; {GPU_TIER_NOTE}",
+                         tier="stored", version=schema.version, reason=why, skipped="real,gpu"))
     return out
 
 
@@ -466,15 +517,15 @@ def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool
     strict_failed = any(f.status == "fail" for f in out)
     if real:
         out.insert(0, _f("scaffold.tier", "pass", f"tier: real SGLang-Omni {why} (PipelineConfig validation, "
-                         "stages: overrides through its resolver, compile_logical_processes) + strict field checks",
-                         tier="real", version=why))
+                         "stages: overrides through its resolver, compile_logical_processes) + strict field checks; "
+                         f"{GPU_TIER_NOTE}", tier="real", version=why, skipped="gpu"))
         if not strict_failed:
             plain = yaml.safe_load((root / yaml_rel).read_text(encoding="utf-8"))
-            out += [f for f in so.real_validate(root, manifest, plain) if f.code != "scaffold.ok"]
+            out += sglang_real_findings(so.real_load(root, manifest, plain))
     else:
         out.insert(0, _f("scaffold.tier", "skip", f"tier: stored schema sglang-omni {schema.get('version')} "
-                         f"({so.SCHEMA_FILE.name}); the real framework did not run: {why}",
-                         tier="stored", version=schema.get("version"), reason=why))
+                         f"({so.SCHEMA_FILE.name}); the real framework did not run: {why}; {GPU_TIER_NOTE}",
+                         tier="stored", version=schema.get("version"), reason=why, skipped="real,gpu"))
         if tree is not None:
             out += _sglang_graph_checks(tree, files["config"])
     return out
@@ -527,32 +578,3 @@ def validate_static(root: str | Path, *, prefer_real: bool = True, model_type: s
                            tier=tier, model_type=manifest["model_type"]))
         findings += part
     return Report("validate", findings, timing={"validate_s": time.perf_counter() - start})
-
-
-def cli_main(argv: list[str]) -> int:
-    """``porting-kit validate --static DIR [--json PATH] [--stored-only] [--model-type NAME]``."""
-    p = OneLineParser(prog="porting-kit validate", exit_on_error=False)
-    p.add_argument("--static", metavar="DIR", help="validate a scaffold folder without a GPU")
-    p.add_argument("--json", dest="json_path", help="write the JSON report here")
-    p.add_argument("--stored-only", action="store_true", help="skip the real framework even when importable")
-    p.add_argument("--model-type", dest="model_type")
-    try:
-        ns = p.parse_args(argv)
-    except argparse.ArgumentError as exc:
-        raise InputError(f"validate: {exc}") from None
-    except SystemExit as exc:
-        if exc.code in (0, None):
-            return 0
-        raise InputError("validate: bad arguments (see porting-kit validate --help)") from None
-    if not ns.static:
-        raise InputError("GPU validation (porting-kit validate without --static) needs CUDA and is not "
-                         "available here; use --static DIR")
-    report = validate_static(ns.static, prefer_real=not ns.stored_only, model_type=ns.model_type)
-    from rich.console import Console
-
-    from porting_kit.report.render import print_report
-
-    print_report(report, Console(), title="porting-kit validate --static")
-    if ns.json_path:
-        report.write_json(ns.json_path)
-    return report.exit_code

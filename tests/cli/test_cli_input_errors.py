@@ -77,6 +77,17 @@ def test_subcommand_usage_errors_are_one_line(capsys, argv):
     assert argv[-1] in line and f"porting-kit {argv[0]} --help" in line, line
 
 
+def test_validate_without_static_says_what_to_pass(capsys):
+    assert main(["validate"]) == 2
+    line = _one_line(capsys)
+    assert "--static DIR" in line and "scaffold --out/--into" in line, line
+
+
+def test_validate_on_a_folder_that_is_no_scaffold(tmp_path, capsys):
+    assert main(["validate", "--static", str(tmp_path)]) == 2
+    assert "not a porting-kit scaffold" in _one_line(capsys)
+
+
 def test_backups_are_numbered_never_overwritten(tmp_path):
     f = tmp_path / "x.txt"
     for text in ("one", "two", "three"):

@@ -68,6 +68,10 @@ def test_vllm_omni_shape_scaffolds_validates_and_passes_ruff(tmp_path, shape):
     assert report.status == "pass", [(f.code, f.message) for f in report.findings]
     (tier,) = report.by_code("scaffold.tier")
     assert tier.status == "skip" and tier.evidence["tier"] == "stored" and "0.30.0" in tier.message
+    # on CPU without the framework it names both tiers it did not run, and why
+    assert tier.evidence["skipped"] == "real,gpu" and tier.evidence["reason"] == "real tier not requested"
+    assert tier.evidence["reason"] in tier.message
+    assert "GPU tier" in tier.message
 
 
 def test_two_stage_topology_and_connectors(tmp_path):

