@@ -21,14 +21,51 @@ from porting_kit.spec import Spec, list_examples, load_spec  # noqa: E402
 
 
 def compare_files(reference_path, candidate_path, **kwargs):
-    """Compare two audio files; see :func:`porting_kit.audio_files.compare_files` (needs the audio extra)."""
+    """Compare two audio files; see :func:`porting_kit.audio_files.compare_files` (needs the audio extra).
+
+    Parameters
+    ----------
+    reference_path, candidate_path : str or os.PathLike
+        The reference and candidate audio files (any format ``soundfile`` reads).
+    **kwargs
+        Passed on unchanged to :func:`porting_kit.audio_files.compare_files`.
+
+    Returns
+    -------
+    Report
+        Its findings, as :func:`porting_kit.audio_files.compare_files` returns them.
+
+    Raises
+    ------
+    InputError
+        When a file cannot be read or the two cannot be compared.
+    """
     from porting_kit.audio_files import compare_files as _compare_files
 
     return _compare_files(reference_path, candidate_path, **kwargs)
 
 
 def copy_notebooks(dest, *, force: bool = False):
-    """Copy the walkthroughs into ``dest``; see :func:`porting_kit.notebooks.copy_notebooks`."""
+    """Copy the walkthroughs into ``dest``; see :func:`porting_kit.notebooks.copy_notebooks`.
+
+    Parameters
+    ----------
+    dest : str or os.PathLike
+        Target directory (absent, or an existing directory).
+    force : bool, default False
+        Overwrite files that differ, keeping a ``.bak`` of each.
+
+    Returns
+    -------
+    CopyResult
+        What :func:`porting_kit.notebooks.copy_notebooks` returns.
+
+    Raises
+    ------
+    InputError
+        ``dest`` is not a directory, or a file there differs and ``force`` is False
+        (nothing is written).
+    """
     from porting_kit.notebooks import copy_notebooks as _copy
 
     return _copy(dest, force=force)

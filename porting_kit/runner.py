@@ -31,7 +31,23 @@ FAMILIES: dict[str, str] = {
 
 
 def parse_only(only: str | Iterable[str] | None) -> list[str]:
-    """``"rope,norm"`` -> ``["rope", "norm"]`` in run order. Raises InputError for unknown names."""
+    """``"rope,norm"`` -> ``["rope", "norm"]`` in run order.
+
+    Parameters
+    ----------
+    only : str, iterable of str, or None
+        Family names, comma-separated or as a list; None selects every family.
+
+    Returns
+    -------
+    list of str
+        The selected families, in :data:`FAMILIES` order.
+
+    Raises
+    ------
+    InputError
+        An unknown family name, or none given.
+    """
     if only is None:
         return list(FAMILIES)
     names = [s.strip() for s in (only.split(",") if isinstance(only, str) else only) if s.strip()]

@@ -309,6 +309,21 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any, trim_d: int 
     ``[shape=(num_codebooks, frames)]``, ``hop_length`` in samples, ``trim_d`` in
     samples, ``precision_floor`` a max |diff|) judged by :func:`stream_findings`.
 
+    Parameters
+    ----------
+    spec : Spec
+        The port spec; its ``decode_candidate_stream`` is called.
+    codes : torch.Tensor [shape=(num_codebooks, frames)]
+        The codec codes decoded in full and in chunks.
+    hop_length : int
+        Samples per code frame.
+    full_candidate : np.ndarray or torch.Tensor [shape=(samples,) or (channels, samples)]
+        The candidate's full (non-streaming) decode of ``codes``.
+    trim_d : int or None
+        Samples a chunk's decoder trims at its left edge, when the layout says.
+    precision_floor : float, default 0.0
+        Max |diff| (waveform units) below which a seam counts as clean.
+
     Returns
     -------
     list of Finding

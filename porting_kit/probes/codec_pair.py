@@ -105,7 +105,18 @@ class AudioPair:
 
 
 def missing_reason(spec) -> str | None:
-    """Why the audio families cannot run on ``spec`` (``None`` when they can)."""
+    """Why the audio families cannot run on ``spec`` (``None`` when they can).
+
+    Parameters
+    ----------
+    spec : Spec
+        The port spec; each name in ``AUDIO_NAMES`` must be a function.
+
+    Returns
+    -------
+    str or None
+        The skip reason naming the missing functions, or None.
+    """
     missing = [n for n in AUDIO_NAMES if not callable(spec.get(n))]
     if missing:
         return ("spec defines no audio names (" + ", ".join(f"{n}()" for n in missing)
@@ -115,7 +126,23 @@ def missing_reason(spec) -> str | None:
 
 def hop_length_of_spec(spec) -> int | None:
     """The spec's hop length in samples: ``hop_length`` (int or function), else the product
-    of ``codec_config()``'s upsampling ratios, else ``None``."""
+    of ``codec_config()``'s upsampling ratios, else ``None``.
+
+    Parameters
+    ----------
+    spec : Spec
+        The port spec.
+
+    Returns
+    -------
+    int or None
+        Samples per code frame, or None when the spec says nothing.
+
+    Raises
+    ------
+    InputError
+        When ``codec_config()`` has no usable upsampling ratios.
+    """
     h = spec.get("hop_length")
     if callable(h):
         h = spec.call("hop_length")
@@ -140,7 +167,18 @@ def _decode(spec, name: str, codes) -> tuple[Any, int]:
 
 
 def served(x: Any):
-    """A waveform's mono mixdown ``np.ndarray [shape=(samples,)]`` (channel mean)."""
+    """A waveform's mono mixdown ``np.ndarray [shape=(samples,)]`` (channel mean).
+
+    Parameters
+    ----------
+    x : np.ndarray or torch.Tensor [shape=(samples,), (channels, samples) or (batch, channels, samples)]
+        A decoded waveform, as :func:`porting_kit.probes.waveform.as_channels_first` accepts it.
+
+    Returns
+    -------
+    np.ndarray [shape=(samples,)]
+        The mean over channels.
+    """
     return as_channels_first(x).mean(axis=0)
 
 
@@ -151,6 +189,16 @@ def codebook_hypotheses(codes) -> dict[str, Any]:
     (what an AR model emits, K codes per step) read back with ``reshape(K, T)``;
     ``codebook_major_as_frame_major``: the inverse (``codes.reshape(-1).reshape(T, K).T``);
     ``codebooks_reversed``: rows in reverse order.
+
+    Parameters
+    ----------
+    codes : torch.Tensor [shape=(num_codebooks, frames)]
+        The correct codes.
+
+    Returns
+    -------
+    dict of str to torch.Tensor [shape=(num_codebooks, frames)]
+        Hypothesis name to the mis-laid codes (``codebooks_reversed`` only when K > 1).
     """
     K, T = codes.shape
     out = {"frame_major_as_codebook_major": codes.T.reshape(-1).reshape(K, T),
@@ -162,7 +210,27 @@ def codebook_hypotheses(codes) -> dict[str, Any]:
 
 def autocast_decode(spec, codes, device: str = "cpu") -> tuple[Any, int]:
     """The reference decode under ``torch.autocast(device_type, dtype=torch.bfloat16)``:
-    what a codec run in bf16 would serve."""
+    what a codec run in bf16 would serve.
+
+    Parameters
+    ----------
+    spec : Spec
+        The port spec; its ``decode_reference`` is called.
+    codes : torch.Tensor [shape=(num_codebooks, frames)]
+        The codes to decode.
+    device : str, default "cpu"
+        Where the reference runs; ``cuda*`` autocasts on CUDA, anything else on CPU.
+
+    Returns
+    -------
+    (waveform, sample_rate)
+        The decoded audio and its rate in Hz.
+
+    Raises
+    ------
+    InputError
+        When ``decode_reference`` does not return ``(waveform, sample_rate)``.
+    """
     import torch
 
     dev = "cuda" if str(device).startswith("cuda") else "cpu"

@@ -349,10 +349,34 @@ def _nan_origin(spec, pair: LoadedPair, side: str, records: list[Record]) -> Rec
 
 
 def display_name(name: str) -> str:
+    """A module's qualified name for messages: ``"<root>"`` for the model itself.
+
+    Parameters
+    ----------
+    name : str
+        Qualified module name as ``nn.Module.named_modules`` gives it (``""`` for the root).
+
+    Returns
+    -------
+    str
+    """
     return name or "<root>"
 
 
 def names_text(records, limit: int = 12) -> str:
+    """A one-line list of captured modules, ``"name (Type), ..."``, cut after ``limit``.
+
+    Parameters
+    ----------
+    records : sequence of capture records
+        Each with ``.key`` (qualified module name) and ``.type`` (class name).
+    limit : int, default 12
+        Modules shown before ``", ... (+N more)"``.
+
+    Returns
+    -------
+    str
+    """
     shown = [f"{display_name(r.key)} ({r.type})" for r in records[:limit]]
     more = len(records) - limit
     return ", ".join(shown) + (f", ... (+{more} more)" if more > 0 else "")

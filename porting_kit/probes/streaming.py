@@ -38,7 +38,22 @@ DEFAULT_CONTEXT_FRAMES = 8
 
 
 def output_trim(n_frames: int, n_samples: int, hop_length: int) -> int:
-    """``d`` in ``samples = frames * hop_length - d`` (0 for EnCodec; > 0 for decoders that trim)."""
+    """``d`` in ``samples = frames * hop_length - d`` (0 for EnCodec; > 0 for decoders that trim).
+
+    Parameters
+    ----------
+    n_frames : int
+        Code frames decoded.
+    n_samples : int
+        Samples the decoder returned.
+    hop_length : int
+        Samples per frame.
+
+    Returns
+    -------
+    int
+        Samples the decoder trims (negative when it returns extra samples).
+    """
     return int(n_frames * hop_length - n_samples)
 
 
@@ -92,6 +107,19 @@ def seam_errors(full: np.ndarray, streamed: np.ndarray, seams: list[int]) -> lis
     """Max |full - streamed| in each chunk region ``[seams[i], seams[i+1])`` (mono, equal prefix).
 
     ``seams[0]`` is 0; the last region runs to the shorter signal's end.
+
+    Parameters
+    ----------
+    full, streamed : np.ndarray [shape=(samples,) or (channels, samples)]
+        The full decode and the streamed decode; compared over their common prefix.
+    seams : list of int
+        Region starts, in samples (clipped to ``[0, n]``).
+
+    Returns
+    -------
+    list of float
+        Max |full - streamed| per region (max over channels), in waveform units;
+        0.0 for an empty region.
     """
     n = min(full.shape[-1], streamed.shape[-1])
     diff = np.abs(full[..., :n] - streamed[..., :n])

@@ -59,6 +59,15 @@ def as_channels_first(x: Any) -> np.ndarray:
     ``(channels, samples)`` or ``(1, channels, samples)`` (a batch of one).
     A bfloat16 tensor is converted through float32.
 
+    Parameters
+    ----------
+    x : np.ndarray or torch.Tensor [shape=(samples,), (channels, samples) or (1, channels, samples)]
+        A waveform.
+
+    Returns
+    -------
+    np.ndarray [shape=(channels, samples)], float64
+
     Raises
     ------
     ValueError
@@ -80,7 +89,18 @@ def as_channels_first(x: Any) -> np.ndarray:
 
 
 def dtype_name(x: Any) -> str:
-    """``'float32'``, ``'bfloat16'``... of a numpy array or torch tensor."""
+    """``'float32'``, ``'bfloat16'``... of a numpy array or torch tensor.
+
+    Parameters
+    ----------
+    x : np.ndarray, torch.Tensor or any object
+        Anything; without a ``dtype`` attribute its type name is returned.
+
+    Returns
+    -------
+    str
+        The dtype without the ``torch.`` prefix.
+    """
     return str(getattr(x, "dtype", type(x).__name__)).replace("torch.", "")
 
 
@@ -89,6 +109,16 @@ def snr_db(reference: np.ndarray, estimate: np.ndarray) -> float:
 
     ``10 log10(sum(ref^2) / sum((ref - est)^2))`` over equal-shaped arrays;
     ``inf`` when they are identical, ``-inf`` for a silent reference.
+
+    Parameters
+    ----------
+    reference, estimate : np.ndarray [shape=(..., samples)]
+        Equal-shaped signals.
+
+    Returns
+    -------
+    float
+        dB.
     """
     ref = np.asarray(reference, dtype=np.float64)
     err = float(np.sum((ref - np.asarray(estimate, dtype=np.float64)) ** 2))
@@ -105,6 +135,16 @@ def si_sdr_db(reference: np.ndarray, estimate: np.ndarray) -> float:
 
     ``s = <est, ref> ref / |ref|^2``; ``SI-SDR = 10 log10(|s|^2 / |est - s|^2)``.
     Insensitive to a gain error, unlike :func:`snr_db`.
+
+    Parameters
+    ----------
+    reference, estimate : np.ndarray [shape=(..., samples)]
+        Equal-sized signals (flattened).
+
+    Returns
+    -------
+    float
+        dB; ``inf`` when ``estimate`` is a scaled ``reference``, ``-inf`` for a silent reference.
     """
     ref = np.asarray(reference, dtype=np.float64).ravel()
     est = np.asarray(estimate, dtype=np.float64).ravel()
@@ -125,6 +165,20 @@ def log_mel_distance(reference: np.ndarray, estimate: np.ndarray, sample_rate: i
     ``librosa.feature.melspectrogram`` (n_fft 1024 or shorter for short
     signals, hop n_fft/4) on mono signals of equal length, each converted with
     ``librosa.power_to_db(ref=1.0, amin=1e-10)``.
+
+    Parameters
+    ----------
+    reference, estimate : np.ndarray [shape=(samples,)]
+        Mono signals; compared over their common prefix.
+    sample_rate : int
+        Hz.
+    n_mels : int, default 64
+        Mel bands (at most ``n_fft // 4``).
+
+    Returns
+    -------
+    float
+        dB; for fewer than 64 samples 0.0 when equal, else NaN.
     """
     import librosa
 
@@ -183,6 +237,18 @@ def spectral_peak_hz(x: np.ndarray, sample_rate: float) -> float:
     Parabolic interpolation between the three bins around the peak (J. O.
     Smith, *Spectral Audio Signal Processing*, "Quadratic interpolation of
     spectral peaks"); DC excluded.
+
+    Parameters
+    ----------
+    x : np.ndarray [shape=(samples,)]
+        A mono signal (flattened).
+    sample_rate : float
+        Hz.
+
+    Returns
+    -------
+    float
+        Hz; 0.0 for fewer than 4 samples.
     """
     y = np.asarray(x, dtype=np.float64).ravel()
     if y.size < 4:
@@ -216,7 +282,19 @@ def _resample_to_length(x: np.ndarray, n: int, method: str = "soxr_hq") -> np.nd
 
 
 def fmt_db(v: float, nd: int = 1) -> str:
-    """A dB figure for a message: ``inf`` / ``-inf`` spelled out, else ``nd`` decimals."""
+    """A dB figure for a message: ``inf`` / ``-inf`` spelled out, else ``nd`` decimals.
+
+    Parameters
+    ----------
+    v : float
+        dB.
+    nd : int, default 1
+        Decimals.
+
+    Returns
+    -------
+    str
+    """
     return "inf" if v == math.inf else ("-inf" if v == -math.inf else f"{v:.{nd}f}")
 
 
@@ -651,6 +729,11 @@ def _drift(ref: np.ndarray, cand: np.ndarray, sr: int, cmp: WaveformComparison) 
 
 def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     """Read a WAV/FLAC/OGG file with soundfile.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The audio file.
 
     Returns
     -------

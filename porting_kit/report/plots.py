@@ -54,6 +54,15 @@ def plot_error_per_layer(report, *, ax=None, title: str | None = None):
     """Estimated relative error of each decoder layer's output (modules whose name ends in a
     layer index, e.g. ``model.layers.3``), in layer order.
 
+    Parameters
+    ----------
+    report : Report
+        A parity report; its ``extras["alignment"]`` rows are plotted.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw; a new figure when None.
+    title : str, optional
+        Axes title.
+
     Returns
     -------
     matplotlib.figure.Figure
@@ -82,7 +91,20 @@ def plot_error_per_layer(report, *, ax=None, title: str | None = None):
 
 
 def alignment_markdown(rows: list[dict[str, Any]], limit: int = 60) -> str:
-    """The aligned-module table as Markdown (for ``IPython.display.Markdown``)."""
+    """The aligned-module table as Markdown (for ``IPython.display.Markdown``).
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of :func:`porting_kit.probes.layers.alignment_table` (``order``, ``reference``,
+        ``reference_type``, ``candidate``, ``candidate_type``, ``source``, ``rel_err``, ``status``).
+    limit : int, default 60
+        Rows shown before ``"... N more rows"``.
+
+    Returns
+    -------
+    str
+    """
     head = "| # | reference | candidate | aligned by | est. rel. error | status |\n|---|---|---|---|---|---|\n"
     body = "".join(
         f"| {r['order']} | `{r['reference']}` ({r['reference_type']}) | `{r['candidate']}` "
@@ -140,6 +162,19 @@ def plot_spectrogram_difference(reference, candidate, sample_rate: int, *, axes=
     ``librosa.stft`` (hop ``n_fft/4``) of each mono mixdown over the common
     length; the third panel is ``dB(candidate) - dB(reference)``.
 
+    Parameters
+    ----------
+    reference, candidate : np.ndarray or torch.Tensor [shape=(samples,) or (channels, samples)]
+        The two waveforms.
+    sample_rate : int
+        Hz, for the axes.
+    axes : sequence of three matplotlib.axes.Axes, optional
+        Where to draw; a new figure when None.
+    title : str, optional
+        Figure title.
+    n_fft : int, default 1024
+        STFT size in samples.
+
     Returns
     -------
     matplotlib.figure.Figure
@@ -177,7 +212,16 @@ def plot_spectrogram_difference(reference, candidate, sample_rate: int, *, axes=
 
 def save_audio_comparison(comparison, path) -> None:
     """Write the waveform overlay and spectrogram difference of an
-    :class:`~porting_kit.probes.waveform.WaveformComparison` to one PNG at ``path``."""
+    :class:`~porting_kit.probes.waveform.WaveformComparison` to one PNG at ``path``.
+
+    Parameters
+    ----------
+    comparison : WaveformComparison
+        Its ``reference``, ``candidate`` and ``sample_rate`` (Hz) are drawn; the
+        spectrogram panels only when both signals have at least 64 samples.
+    path : str or pathlib.Path
+        The PNG written.
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)

@@ -99,7 +99,20 @@ class ModelFacts:
     notes: list[str] = field(default_factory=list)
 
     def value(self, name: str, default: Any = None) -> Any:
-        """The value of fact ``name`` or ``default`` when it was not found."""
+        """The value of fact ``name`` or ``default`` when it was not found.
+
+        Parameters
+        ----------
+        name : str
+            A field of :class:`ModelFacts` holding a :class:`Fact` (e.g. ``"sample_rate"``).
+        default : Any, optional
+            Returned when the fact is None (not found in the config).
+
+        Returns
+        -------
+        Any
+            ``Fact.value`` or ``default``.
+        """
         f = getattr(self, name)
         return default if f is None else f.value
 

@@ -125,12 +125,39 @@ class ScaffoldResult:
 
 # -- helpers ---------------------------------------------------------------------------------
 def camel_case(model_type: str) -> str:
-    """``my_tts`` -> ``MyTts``."""
+    """``my_tts`` -> ``MyTts``.
+
+    Parameters
+    ----------
+    model_type : str
+        Snake-case model type.
+
+    Returns
+    -------
+    str
+        CamelCase class-name stem; ``"Model"`` when nothing is left.
+    """
     return "".join(part[:1].upper() + part[1:] for part in model_type.split("_") if part) or "Model"
 
 
 def check_model_type(name: str) -> str:
-    """Return ``name`` if it is a usable Python identifier, else raise InputError."""
+    """Return ``name`` if it is a usable Python identifier, else raise InputError.
+
+    Parameters
+    ----------
+    name : str
+        The model type (folder and module names are built from it).
+
+    Returns
+    -------
+    str
+        ``name`` unchanged.
+
+    Raises
+    ------
+    InputError
+        Not an ASCII identifier, or a Python keyword.
+    """
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
         raise InputError(f"model type {name!r} is not a Python identifier (use e.g. my_tts: letters, "
                          "digits, underscores, not starting with a digit)")
@@ -158,6 +185,20 @@ def size_gpu_memory(param_count: int | None, card_gib: float = SIZING_CARD_GIB) 
     Weights in bf16 take ``2 * params`` bytes; the same again is reserved for KV
     cache and activations (at least 1 GiB). The sum over ``card_gib`` rounded up
     to 0.05, within [0.1, 0.9].
+
+    Parameters
+    ----------
+    param_count : int or None
+        Parameters of the model (estimated from config.json); None or 0 when unknown.
+    card_gib : float, default SIZING_CARD_GIB
+        GPU memory sized for, in GiB.
+
+    Returns
+    -------
+    utilization : float
+        Fraction of the card (0.3 when the parameter count is unknown).
+    reason : str
+        The arithmetic, for the deploy YAML's header comment.
     """
     if not param_count:
         return 0.3, f"parameter count unknown (config.json lacks hidden_size / num_hidden_layers): 0.3 of a {card_gib:g} GiB card"
@@ -256,6 +297,20 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
 def plan_files(opts: ScaffoldOptions, facts: ModelFacts) -> tuple[list[PlannedFile], dict]:
     """The files of the scaffold (relative paths + rendered text) and the context.
 
+    Parameters
+    ----------
+    opts : ScaffoldOptions
+        Framework, shape, model type and the overrides given.
+    facts : ModelFacts
+        What was read from the config.
+
+    Returns
+    -------
+    files : list of PlannedFile
+        Relative path and rendered text of each file, in write order.
+    context : dict
+        The template context the files were rendered with.
+
     Raises
     ------
     InputError
@@ -311,7 +366,19 @@ def plan_files(opts: ScaffoldOptions, facts: ModelFacts) -> tuple[list[PlannedFi
 
 
 def registration_entries(ctx: dict) -> list[tuple[str, str, str, str]]:
-    """Model-registry rows ``(arch, folder, module, class)`` for the shape."""
+    """Model-registry rows ``(arch, folder, module, class)`` for the shape.
+
+    Parameters
+    ----------
+    ctx : dict
+        The template context (``model_type``, ``arch``, ``model_class``, ``shape``;
+        for ``two-stage`` also ``codec_arch``, ``codec_class``).
+
+    Returns
+    -------
+    list of (str, str, str, str)
+        One row, two for a two-stage model (the code2wav stage).
+    """
     m = ctx["model_type"]
     rows = [(ctx["arch"], m, f"modeling_{m}", ctx["model_class"])]
     if ctx["shape"] == "two-stage":
@@ -381,6 +448,11 @@ def _registration_edits(root: Path, ctx: dict) -> list[tuple[str, str, str | Non
 
 def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
     """Generate the scaffold described by ``opts``.
+
+    Parameters
+    ----------
+    opts : ScaffoldOptions
+        What to generate and where (exactly one of ``out`` or ``into``).
 
     Returns
     -------
@@ -471,7 +543,17 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
 
 
 def result_dict(result: ScaffoldResult) -> dict:
-    """The result as plain JSON-able data (for notebooks)."""
+    """The result as plain JSON-able data (for notebooks).
+
+    Parameters
+    ----------
+    result : ScaffoldResult
+
+    Returns
+    -------
+    dict
+        ``dataclasses.asdict(result)``.
+    """
     return asdict(result)
 
 
@@ -484,7 +566,22 @@ RUFF_ARGS = ("check", "--isolated", "--line-length", "120", "--output-format", "
 def ruff_check(root: str | Path) -> tuple[int, str]:
     """Run ruff over the Python files of a scaffold; ``(exit code, output)``.
 
-    Raises InputError when ruff is not installed.
+    Parameters
+    ----------
+    root : str or pathlib.Path
+        The scaffold's root; ruff runs there with :data:`RUFF_ARGS`.
+
+    Returns
+    -------
+    returncode : int
+        ruff's exit code (0: clean).
+    output : str
+        Its stdout and stderr, stripped.
+
+    Raises
+    ------
+    InputError
+        ruff is not installed.
     """
     import shutil
     import subprocess

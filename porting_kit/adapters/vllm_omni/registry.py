@@ -52,7 +52,29 @@ def _parse(text: str, path: str) -> ast.Module:
 def add_pipeline_registration(text: str, model_type: str, const_name: str,
                               path: str = "pipeline_registry.py") -> str:
     """Import ``const_name`` from the model's ``pipeline.py`` and map ``model_type`` to it
-    in ``OMNI_PIPELINES`` (``vllm_omni/config/pipeline_registry.py``)."""
+    in ``OMNI_PIPELINES`` (``vllm_omni/config/pipeline_registry.py``).
+
+    Parameters
+    ----------
+    text : str
+        Current source of ``pipeline_registry.py``.
+    model_type : str
+        The model's folder under ``vllm_omni/model_executor/models/`` (its HF ``model_type``).
+    const_name : str
+        Name of the pipeline constant defined in that folder's ``pipeline.py``.
+    path : str, default "pipeline_registry.py"
+        Path used in error messages only.
+
+    Returns
+    -------
+    str
+        The edited source, or ``text`` itself when both the import and the entry are present.
+
+    Raises
+    ------
+    InputError
+        When ``text`` does not parse, has no import block, or has no ``OMNI_PIPELINES`` dict.
+    """
     tree = _parse(text, path)
     module = f"vllm_omni.model_executor.models.{model_type}.pipeline"
     inserts: list[tuple[int, str]] = []
@@ -73,7 +95,27 @@ def add_model_registration(text: str, entries: list[tuple[str, str, str, str]],
                            path: str = "registry.py") -> str:
     """Add ``arch: (folder, module, class)`` rows to ``_OMNI_MODELS``
     (``vllm_omni/model_executor/models/registry.py``); ``entries`` are
-    ``(arch, folder, module, class_name)``."""
+    ``(arch, folder, module, class_name)``.
+
+    Parameters
+    ----------
+    text : str
+        Current source of ``registry.py``.
+    entries : list of (str, str, str, str)
+        ``(arch, folder, module, class_name)`` rows; an ``arch`` already a key is skipped.
+    path : str, default "registry.py"
+        Path used in error messages only.
+
+    Returns
+    -------
+    str
+        The edited source, or ``text`` itself when every ``arch`` is present.
+
+    Raises
+    ------
+    InputError
+        When ``text`` does not parse or has no ``_OMNI_MODELS`` dict.
+    """
     tree = _parse(text, path)
     table = _module_assign(tree, "_OMNI_MODELS")
     if not isinstance(table, ast.Dict):
@@ -90,7 +132,27 @@ def add_model_registration(text: str, entries: list[tuple[str, str, str, str]],
 
 def add_adapter_import(text: str, model_type: str, path: str = "tts_adapters/__init__.py") -> str:
     """Add ``model_type`` to the adapter import block at the bottom of
-    ``vllm_omni/entrypoints/openai/tts_adapters/__init__.py`` (alphabetical slot)."""
+    ``vllm_omni/entrypoints/openai/tts_adapters/__init__.py`` (alphabetical slot).
+
+    Parameters
+    ----------
+    text : str
+        Current source of ``tts_adapters/__init__.py``.
+    model_type : str
+        Adapter module name to import.
+    path : str, default "tts_adapters/__init__.py"
+        Path used in error messages only.
+
+    Returns
+    -------
+    str
+        The edited source, or ``text`` itself when the name is already imported.
+
+    Raises
+    ------
+    InputError
+        When ``text`` does not parse or has no multi-line adapter import block.
+    """
     tree = _parse(text, path)
     pkg = "vllm_omni.entrypoints.openai.tts_adapters"
     blocks = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == pkg
@@ -107,7 +169,27 @@ def add_adapter_import(text: str, model_type: str, path: str = "tts_adapters/__i
 
 def add_benchmark_entry(text: str | None, hf_id: str, entry: str) -> str:
     """Append ``entry`` (YAML lines under ``models:``) to ``benchmarks/tts/model_configs.yaml``
-    unless ``hf_id`` is already a model there; ``text=None`` starts a new file."""
+    unless ``hf_id`` is already a model there; ``text=None`` starts a new file.
+
+    Parameters
+    ----------
+    text : str or None
+        Current content of ``model_configs.yaml``; None when the file does not exist.
+    hf_id : str
+        Hugging Face model id, the key under ``models:``.
+    entry : str
+        The YAML lines to append (starting with a newline).
+
+    Returns
+    -------
+    str
+        The new file content, or ``text`` itself when ``hf_id`` is already listed.
+
+    Raises
+    ------
+    InputError
+        When ``text`` is not valid YAML.
+    """
     if text is None:
         return "# TTS benchmark model registry (vllm-omni benchmarks/tts).\n\nmodels:" + entry
     import yaml
@@ -122,7 +204,18 @@ def add_benchmark_entry(text: str | None, hf_id: str, entry: str) -> str:
 
 
 def only_added(old: str, new: str) -> bool:
-    """True when ``new`` is ``old`` with lines added and none changed or removed."""
+    """True when ``new`` is ``old`` with lines added and none changed or removed.
+
+    Parameters
+    ----------
+    old, new : str
+        Text before and after an edit.
+
+    Returns
+    -------
+    bool
+        Whether every line of ``old`` appears in ``new`` in the same order.
+    """
     old_lines = old.splitlines()
     it = iter(new.splitlines())
     return all(any(line == cand for cand in it) for line in old_lines)
