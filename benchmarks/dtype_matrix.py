@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"| variant | float32 codes | {vd} codes | named in {vd} |", "|---|---|---|---|"]
         fp32_only = []
         for pair in pairs:
-            for variant in load(pair).variants():
+            for variant in load(pair).variants:
                 c32, cd = codes(pair, variant, "float32", args.device), codes(pair, variant, vd, args.device)
                 same = "yes" if set(c32) <= set(cd) else ("no (float32 only)" if not cd else "partly")
                 if not cd and c32:

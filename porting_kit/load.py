@@ -313,7 +313,12 @@ class LoadedPair:
     weights: WeightLoad
 
 
-def _to(obj, device, dtype):
+def move_inputs(obj, device, dtype):
+    """``obj`` (a tensor, or dicts / lists / tuples of them) moved to ``device``.
+
+    Floating tensors are also cast to ``dtype`` when it is not ``None``; integer tensors
+    (token ids) and non-tensors keep theirs.
+    """
     import torch
 
     if isinstance(obj, torch.Tensor):
@@ -321,9 +326,9 @@ def _to(obj, device, dtype):
             return obj.to(device=device, dtype=dtype)
         return obj.to(device=device)
     if isinstance(obj, dict):
-        return {k: _to(v, device, dtype) for k, v in obj.items()}
+        return {k: move_inputs(v, device, dtype) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_to(v, device, dtype) for v in obj)
+        return type(obj)(move_inputs(v, device, dtype) for v in obj)
     return obj
 
 
@@ -438,7 +443,7 @@ def load_pair(ctx) -> LoadedPair:
         raise InputError(f"--device {ctx.device}: cannot move the models there: {exc}") from exc
     reference.eval()
     candidate.eval()
-    pair = LoadedPair(reference, candidate, _to(inputs, ctx.device, dtype), weights)
+    pair = LoadedPair(reference, candidate, move_inputs(inputs, ctx.device, dtype), weights)
     ctx.state["pair"] = pair
     return pair
 
