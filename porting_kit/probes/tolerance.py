@@ -112,8 +112,8 @@ DEFAULTS: dict[str, Tolerance] = {
 ROPE_TOLERANCES: dict[str, dict[str, float]] = {
     "float32": {"gate": 1e-2, "structure": 1e-3, "angle": 2e-3},
     "float64": {"gate": 1e-2, "structure": 1e-3, "angle": 2e-3},
-    "float16": {"gate": 2e-2, "structure": 5e-3, "angle": 3e-3},
-    "bfloat16": {"gate": 5e-2, "structure": 3e-2, "angle": 2e-2},
+    "float16": {"gate": 2e-2, "structure": 5e-3, "angle": 1e-2},
+    "bfloat16": {"gate": 5e-2, "structure": 3e-2, "angle": 5e-2},
 }
 
 
