@@ -70,7 +70,7 @@ def test_clean_pair_matches_in_fp32_and_every_weight_is_loaded():
     torch.testing.assert_close(b, a)
 
 
-@pytest.mark.parametrize("variant", [v for v in EXPECTED_VARIANTS if v != "norm_no_fp32_upcast"])
+@pytest.mark.parametrize("variant", [v for v in EXPECTED_VARIANTS if v not in ("norm_no_fp32_upcast", "fp16_overflow")])
 def test_every_variant_changes_the_logits(variant):
     a, b = _logits(variant)
     diff = (a - b).abs()
