@@ -14,8 +14,15 @@ for the GPU figures. Targets: overhead_ratio <= 1.5, depth_memory_ratio <= 1.3.
 
     python benchmarks/check_overhead.py                   # CPU, full size (a few minutes on 2 cores)
     python benchmarks/check_overhead.py --quick           # tiny sizes: correctness only (CI)
-    python benchmarks/check_overhead.py --device cuda --dtype bfloat16 --width 1024 --layers 7 \
-        --tokens 512                                      # the H200 figure
+    python benchmarks/check_overhead.py --shape qwen3-0.6b --layers 7 --device cuda --dtype bfloat16
+        [--families parity,rope,norm,config,dtype]       # the H200 figures (also --layers 28)
+
+Honest on any machine: both terms run in the same process with the same thread count
+(``--threads``, printed), each gets the same warm-up (one untimed run of each before timing),
+and the repetitions interleave (forwards, check, forwards, check, ...); the medians are
+reported as measured (no clamping: a ratio below 1.0 would be a measurement fault, printed
+with a ``WARNING`` line). ``--families`` times the listed check families on the loaded pair
+(what ``porting-kit check --only`` runs) instead of the layer-parity pass alone.
 """
 
 from __future__ import annotations
@@ -31,8 +38,15 @@ import time
 import types
 
 
+#: Named shapes: Qwen3-0.6B's config.json (hidden 1024, 16 heads, 8 kv heads, head_dim 128,
+#: intermediate 3072, vocab 151936; 28 layers in the real model), 1 x 512 tokens.
+SHAPES = {"qwen3-0.6b": {"width": 1024, "heads": 16, "kv_heads": 8, "head_dim": 128,
+                         "intermediate": 3072, "vocab": 151936, "tokens": 512}}
+
+
 def build_spec(width: int, layers: int, tokens: int, vocab: int, variant_options: dict | None = None,
-               head_dim: int = 64, intermediate: int | None = None):
+               head_dim: int = 64, intermediate: int | None = None, heads: int | None = None,
+               kv_heads: int | None = None):
     """A port spec object for a Qwen3-shaped pair of the given size (no file needed)."""
     from porting_kit.adapters.torchaudio_guard import ensure_importable
 
@@ -43,10 +57,10 @@ def build_spec(width: int, layers: int, tokens: int, vocab: int, variant_options
     from porting_kit.embedded.tts_port import PortOptions, TinyTTSPort
     from porting_kit.spec import Spec
 
-    heads = max(width // 64, 1)
+    heads = heads or max(width // 64, 1)
     lm_cfg = tts_reference.lm_config(hidden_size=width, intermediate_size=intermediate or 3 * width,
                                      num_hidden_layers=layers, num_attention_heads=heads,
-                                     num_key_value_heads=max(heads // 2, 1), head_dim=head_dim,
+                                     num_key_value_heads=kv_heads or max(heads // 2, 1), head_dim=head_dim,
                                      vocab_size=vocab, max_position_embeddings=max(2 * tokens, 512))
     codec_cfg = tts_reference.codec_config()
     mod = types.ModuleType("benchmark_spec")
@@ -85,30 +99,53 @@ def _loaded_context(args, layers: int, variant_options=None):
     from porting_kit.context import CheckContext
 
     spec = build_spec(args.width, layers, args.tokens, args.vocab, variant_options,
-                      head_dim=args.head_dim, intermediate=args.intermediate)
+                      head_dim=args.head_dim, intermediate=args.intermediate, heads=args.heads,
+                      kv_heads=args.kv_heads)
     ctx = CheckContext(spec=spec, device=args.device, dtype=args.dtype)
     pair = load_pair(ctx)
     return spec, ctx, pair
 
 
-def measure_time(args) -> dict:
-    """Median seconds of two plain forwards and of a full parity check (models loaded once)."""
-    from porting_kit.probes.layers import get_result
+def _check(ctx, families: list[str] | None):
+    """One check on the loaded pair: the layer-parity pass, or the listed families' ``run(ctx)``.
+    Returns the parity result. Everything but the loaded pair is recomputed each time."""
+    import importlib
 
+    from porting_kit.probes.layers import get_result
+    from porting_kit.runner import FAMILIES
+
+    pair = ctx.state["pair"]
+    ctx.state.clear()
+    ctx.state["pair"] = pair
+    if not families:
+        res = get_result(ctx)
+    else:
+        for fam in families:
+            importlib.import_module(f"porting_kit.checks.{FAMILIES[fam]}").run(ctx)
+        res = get_result(ctx)  # cached by the parity family
+    _sync(ctx.device)
+    return res
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure_time(args) -> dict:
+    """Median seconds of two plain forwards and of a check, same warm-up, interleaved repeats."""
     spec, ctx, pair = _loaded_context(args, args.layers)
-    _two_forwards(spec, pair, args.device)  # warm-up
+    _two_forwards(spec, pair, args.device)  # warm-up: one untimed run of each term
+    _check(ctx, args.families)
     fwd, chk = [], []
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        _two_forwards(spec, pair, args.device)
-        fwd.append(time.perf_counter() - t0)
-        ctx.state.pop("parity", None)
-        t0 = time.perf_counter()
-        res = get_result(ctx)
-        _sync(args.device)
-        chk.append(time.perf_counter() - t0)
+        fwd.append(_timed(lambda: _two_forwards(spec, pair, args.device)))
+        chk.append(_timed(lambda: _check(ctx, args.families)))
+    res = _check(ctx, args.families)
     worst = max(res.stats, key=lambda st: st.rel_err)
     out = {"two_forwards_s": statistics.median(fwd), "check_s": statistics.median(chk),
+           "two_forwards_all_s": fwd, "check_all_s": chk,
            "compared_modules": len(res.stats),
            "clean_status": "pass" if res.first_divergence is None else "fail",
            "check_parts_s": {k: round(v, 5) for k, v in res.timing.items()},
@@ -116,13 +153,9 @@ def measure_time(args) -> dict:
     # the failing case also re-runs both forwards to capture the located pair in full
     spec_f, ctx_f, pair_f = _loaded_context(args, args.layers, {"rope_theta_top_level_only": True})
     _two_forwards(spec_f, pair_f, args.device)
-    fail = []
-    for _ in range(args.repeats):
-        ctx_f.state.pop("parity", None)
-        t0 = time.perf_counter()
-        res_f = get_result(ctx_f)
-        _sync(args.device)
-        fail.append(time.perf_counter() - t0)
+    _check(ctx_f, None)
+    fail = [_timed(lambda: _check(ctx_f, None)) for _ in range(args.repeats)]
+    res_f = _check(ctx_f, None)
     out["failing_located"] = None if res_f.first_divergence is None else \
         res_f.first_divergence.pair.reference.key
     out["check_failing_s"] = statistics.median(fail)
@@ -168,8 +201,6 @@ def memory_child(args, mode: str, layers: int) -> int:
     measured cold in a fresh process so allocator caching does not hide it."""
     import torch
 
-    from porting_kit.probes.layers import get_result
-
     spec, ctx, pair = _loaded_context(args, layers)
     if args.device.startswith("cuda"):
         _sync(args.device)
@@ -178,21 +209,22 @@ def memory_child(args, mode: str, layers: int) -> int:
         if mode == "forwards":
             _two_forwards(spec, pair, args.device)
         else:
-            get_result(ctx)
-            _sync(args.device)
+            _check(ctx, args.families)
         return torch.cuda.max_memory_allocated() - base
     with _RssPeak() as m:
         if mode == "forwards":
             _two_forwards(spec, pair, args.device)
         else:
-            get_result(ctx)
+            _check(ctx, args.families)
     return m.increase
 
 
 def _child_argv(args, mode: str, layers: int) -> list[str]:
     return [sys.executable, __file__, "--_memory-child", mode, "--layers", str(layers),
             "--width", str(args.width), "--tokens", str(args.tokens), "--vocab", str(args.vocab),
-            "--device", args.device, "--head-dim", str(args.head_dim)] + (
+            "--device", args.device, "--head-dim", str(args.head_dim), "--threads", str(args.threads),
+            "--heads", str(args.heads or 0), "--kv-heads", str(args.kv_heads or 0)] + (
+                ["--families", ",".join(args.families)] if args.families else []) + (
                 ["--dtype", args.dtype] if args.dtype else []) + (
                 ["--intermediate", str(args.intermediate)] if args.intermediate else [])
 
@@ -206,7 +238,7 @@ _MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "16384", "MALLOC_TRIM_THRESHOLD_": "0",
 def measure_memory(args) -> dict:
     """Extra peak memory of the check at the base depth and at 4x the depth."""
     out = {}
-    for layers in (args.layers, 4 * args.layers):
+    for layers in (args.layers, args.deep_layers):
         vals = {}
         for mode in ("forwards", "check"):
             proc = subprocess.run(_child_argv(args, mode, layers), capture_output=True, text=True,
@@ -215,7 +247,7 @@ def measure_memory(args) -> dict:
                 raise SystemExit(f"memory child failed:\n{proc.stderr[-2000:]}")
             vals[mode] = int(proc.stdout.strip().splitlines()[-1])
         out[layers] = {"forwards_peak_bytes": vals["forwards"], "check_peak_bytes": vals["check"],
-                       "extra_bytes": max(vals["check"] - vals["forwards"], 1)}
+                       "extra_bytes": vals["check"] - vals["forwards"]}
     return out
 
 
@@ -257,10 +289,34 @@ def main(argv: list[str] | None = None) -> int:
                    help="print the clean pairs' per-module bf16/fp16 error and exit")
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--intermediate", type=int, default=None, help="MLP width (default 3 x width)")
+    p.add_argument("--shape", choices=sorted(SHAPES), default=None,
+                   help="a named model shape (overrides width/heads/head-dim/intermediate/vocab/tokens)")
+    p.add_argument("--heads", type=int, default=None, help="attention heads (default width // 64)")
+    p.add_argument("--kv-heads", type=int, default=None, help="kv heads (default heads // 2)")
+    p.add_argument("--deep-layers", type=int, default=None, help="depth of the deep model (default 4 x layers)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads for both terms (default: torch's)")
+    p.add_argument("--families", default=None,
+                   help="time these check families (e.g. parity,rope,norm,config,dtype) instead of "
+                        "the layer-parity pass alone")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.shape:
+        for k, v in SHAPES[args.shape].items():
+            setattr(args, k, v)
+    args.heads = args.heads or None
+    args.kv_heads = args.kv_heads or None
     if args.quick:
         args.width, args.layers, args.tokens, args.vocab, args.repeats = 128, 2, 32, 1100, 1
+    args.deep_layers = args.deep_layers or 4 * args.layers
+    if args.families:
+        from porting_kit.runner import parse_only
+
+        args.families = parse_only(args.families)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.threads = torch.get_num_threads()
     if args.measure_tolerance:
         measure_tolerance(args.device)
         return 0
@@ -269,24 +325,32 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t = measure_time(args)
     ratio = t["check_s"] / t["two_forwards_s"]
-    print(f"model: width={args.width} layers={args.layers} tokens={args.tokens} vocab={args.vocab} "
-          f"device={args.device} dtype={args.dtype or 'float32'}")
+    print(f"model: width={args.width} layers={args.layers} heads={args.heads} kv_heads={args.kv_heads} "
+          f"head_dim={args.head_dim} intermediate={args.intermediate} tokens={args.tokens} "
+          f"vocab={args.vocab} device={args.device} dtype={args.dtype or 'float32'} "
+          f"threads={args.threads} repeats={args.repeats} families={','.join(args.families or ['parity-pass'])}")
+    print(f"two_forwards_all_s={[round(x, 4) for x in t['two_forwards_all_s']]} "
+          f"check_all_s={[round(x, 4) for x in t['check_all_s']]}")
     print(f"two_forwards_s={t['two_forwards_s']:.4f} check_s={t['check_s']:.4f} "
           f"check_failing_s={t['check_failing_s']:.4f} compared_modules={t['compared_modules']}")
     print(f"clean_status={t['clean_status']} clean_max_module_rel_err={t['clean_max_module_rel_err']:.3e} "
           f"({t['clean_worst_module']}) failing_located={t['failing_located']}")
     print(f"check_parts_s={t['check_parts_s']}")
     print(f"overhead_ratio={ratio:.3f}")
+    if ratio < 1.0:
+        print("WARNING: overhead_ratio < 1.0: the check includes both forwards, so this is noise "
+              "or contention; rerun with more --repeats / fewer other processes")
     print(f"overhead_failing_ratio={t['check_failing_s'] / t['two_forwards_s']:.3f}")
     figures = {"overhead_ratio": ratio, **t}
     if not args.no_memory:
         m = measure_memory(args)
-        base, deep = m[args.layers], m[4 * args.layers]
-        dm = deep["extra_bytes"] / base["extra_bytes"]
+        base, deep = m[args.layers], m[args.deep_layers]
+        dm = deep["extra_bytes"] / base["extra_bytes"] if base["extra_bytes"] > 0 else float("nan")
         for layers, v in m.items():
             print(f"layers={layers} forwards_peak_mb={v['forwards_peak_bytes'] / 2**20:.1f} "
                   f"check_peak_mb={v['check_peak_bytes'] / 2**20:.1f} extra_mb={v['extra_bytes'] / 2**20:.1f}")
         print(f"depth_memory_ratio={dm:.3f}")
+        print(f"(depth_memory_ratio: extra memory at {args.deep_layers} layers / at {args.layers})")
         figures.update({"depth_memory_ratio": dm, "memory": {str(k): v for k, v in m.items()}})
     if args.json:
         with open(args.json, "w") as fh:

@@ -323,7 +323,12 @@ class LoadedPair:
     weights: WeightLoad
 
 
-def _to(obj, device, dtype):
+def move_inputs(obj, device, dtype):
+    """``obj`` (a tensor, or dicts / lists / tuples of them) moved to ``device``.
+
+    Floating tensors are also cast to ``dtype`` when it is not ``None``; integer tensors
+    (token ids) and non-tensors keep theirs.
+    """
     import torch
 
     if isinstance(obj, torch.Tensor):
@@ -331,10 +336,72 @@ def _to(obj, device, dtype):
             return obj.to(device=device, dtype=dtype)
         return obj.to(device=device)
     if isinstance(obj, dict):
-        return {k: _to(v, device, dtype) for k, v in obj.items()}
+        return {k: move_inputs(v, device, dtype) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_to(v, device, dtype) for v in obj)
+        return type(obj)(move_inputs(v, device, dtype) for v in obj)
     return obj
+
+
+#: Non-persistent buffers that keep float32 under :func:`to_serving_dtype`: the rotary
+#: frequency tables transformers computes in float32 (``inv_freq``, and
+#: ``original_inv_freq`` kept for dynamic rope scaling).
+KEEP_FP32_BUFFERS = ("inv_freq", "original_inv_freq")
+
+
+def to_serving_dtype(module, dtype) -> list[str]:
+    """Cast ``module`` to the serving ``dtype`` the way ``from_pretrained(dtype=...)`` leaves it.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Cast in place (on whatever device it is on).
+    dtype : torch.dtype
+        A floating dtype: ``torch.bfloat16``, ``torch.float16``, ``torch.float32``.
+
+    Returns
+    -------
+    list[str]
+        Names of the buffers kept in float32 (for the report; empty when none).
+
+    Notes
+    -----
+    Rule: every floating parameter and every floating buffer is cast to ``dtype``, except a
+    **non-persistent float32 buffer whose attribute name is** ``inv_freq`` **or**
+    ``original_inv_freq`` (:data:`KEEP_FP32_BUFFERS`), which stays float32. Complex buffers
+    (Meta's ``freqs_cis``) keep their dtype, as ``nn.Module.to(dtype=...)`` also does.
+
+    Why: ``module.to(dtype=bfloat16)`` also casts those buffers (relative error 3e-3 in
+    bf16), so a reference cast that way drifts by itself (measured on the Meta-vs-HF Llama
+    pair: angle error 0.028 rad in bf16 over 64 positions, 0.051 rad over 128 on an H200)
+    and the rope check blames the candidate. ``from_pretrained(dtype=bfloat16)`` does not:
+    transformers' rope init (``_compute_default_rope_parameters``,
+    ``modeling_rope_utils.py``) builds ``inv_freq`` with ``dtype=torch.float``
+    explicitly, registers it with ``persistent=False`` (so no checkpoint overwrites it)
+    and the loaded model serves with it in float32 (``LlamaRotaryEmbedding.forward`` computes
+    ``freqs`` in float32 and casts only cos/sin to the activations' dtype). Checked with
+    transformers 5.24: ``LlamaForCausalLM.from_pretrained(d, dtype=torch.bfloat16)`` has
+    bf16 weights and float32 ``inv_freq`` / ``original_inv_freq``. A user's serving model
+    therefore has float32 ``inv_freq``; this reproduces that state on both sides, so a
+    candidate that really computes its tables in bf16 still shows up.
+    """
+    import torch
+
+    kept: list[str] = []
+    for mname, sub in module.named_modules():
+        for pname, p in list(sub._parameters.items()):
+            if p is not None and p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
+                if p.grad is not None:
+                    p.grad.data = p.grad.data.to(dtype)
+        non_persistent = getattr(sub, "_non_persistent_buffers_set", set())
+        for bname, b in list(sub._buffers.items()):
+            if b is None or not b.is_floating_point():
+                continue
+            if bname in KEEP_FP32_BUFFERS and bname in non_persistent and b.dtype == torch.float32:
+                kept.append(f"{mname}.{bname}" if mname else bname)
+                continue
+            sub._buffers[bname] = b.to(dtype)
+    return kept
 
 
 def load_pair(ctx) -> LoadedPair:
@@ -378,13 +445,15 @@ def load_pair(ctx) -> LoadedPair:
     weights = load_weights(spec, reference, candidate)
     dtype = ctx.torch_dtype()
     try:
-        reference.to(device=ctx.device, dtype=dtype) if dtype else reference.to(ctx.device)
-        candidate.to(device=ctx.device, dtype=dtype) if dtype else candidate.to(ctx.device)
+        for m in (reference, candidate):
+            m.to(ctx.device)
+            if dtype is not None:
+                to_serving_dtype(m, dtype)
     except (RuntimeError, AssertionError) as exc:
         raise InputError(f"--device {ctx.device}: cannot move the models there: {exc}") from exc
     reference.eval()
     candidate.eval()
-    pair = LoadedPair(reference, candidate, _to(inputs, ctx.device, dtype), weights)
+    pair = LoadedPair(reference, candidate, move_inputs(inputs, ctx.device, dtype), weights)
     ctx.state["pair"] = pair
     return pair
 

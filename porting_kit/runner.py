@@ -27,6 +27,7 @@ FAMILIES: dict[str, str] = {
     "dtype": "dtype",
     "rng": "rng",
     "lifecycle": "lifecycle",
+    "cudagraph": "cudagraph",
 }
 
 

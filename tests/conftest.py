@@ -23,3 +23,23 @@ try:
     ensure_importable()
 except ImportError:  # torch not installed: the hook/scaffold tests still run
     pass
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config, items):
+    """``gpu``-marked tests skip, with the reason shown (``-ra``), where CUDA is not available."""
+    import pytest
+
+    if _cuda_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="gpu: CUDA not available (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)

@@ -63,17 +63,12 @@ from porting_kit.probes.rotary import (
     wrap,
 )
 from porting_kit.load import run_side
+from porting_kit.probes.tolerance import ROPE_TOLERANCES
 
 P = "rope"
 
-#: Tolerances by the dtype of the captured q/k: relative norm spread (is this a rotation
-#: at all), structure residual, angle error (radians).
-_TOL = {
-    "float32": {"gate": 1e-2, "structure": 1e-3, "angle": 2e-3},
-    "float64": {"gate": 1e-2, "structure": 1e-3, "angle": 2e-3},
-    "float16": {"gate": 2e-2, "structure": 5e-3, "angle": 1e-2},
-    "bfloat16": {"gate": 5e-2, "structure": 3e-2, "angle": 5e-2},
-}
+#: Tolerances by the dtype of the captured q/k (measured: probes/tolerance.py).
+_TOL = ROPE_TOLERANCES
 
 _HINTS = {
     "rope.inv_freq_uninitialized": (

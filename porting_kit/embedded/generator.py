@@ -31,6 +31,12 @@ VARIANTS = {
     "eos_flags_creation_order": "EOS flags in request-creation order, not row order -> "
                                 "lifecycle.eos_mask_misaligned",
     "stereo_not_mixed": "stereo codec chunk served without mono mixdown -> channel.shape_contract",
+    "graph_stale_output": "the CUDA-graph runner returns its static output buffer -> "
+                          "cudagraph.stale_output",
+    "graph_shape_changed": "the decode step concatenates the growing code history -> "
+                           "cudagraph.shape_changed",
+    "graph_capture_generator": "captured sampling uses an unregistered per-request torch.Generator "
+                               "-> cudagraph.capture_failed",
 }
 VARIANT = None
 
@@ -44,6 +50,21 @@ def engine_model():
         A fresh, seeded model on the CPU (``GeneratorTTS`` except for the
         ``no_on_requests_finished`` variant); the engine driver calls this once per scenario.
     """
-    from porting_kit.embedded.generator_model import build_model  # torch only when used
+    from porting_kit.embedded.generator_model import FAULTS, build_model  # torch only when used
 
-    return build_model(VARIANT)
+    return build_model(VARIANT if VARIANT in FAULTS else None)
+
+
+def decode_step():
+    """The codec LM's AR decode step and its CUDA-graph runner (the ``cudagraph`` family).
+
+    Returns
+    -------
+    porting_kit.probes.cudagraph.DecodeStep
+        From :func:`porting_kit.embedded.graph_step.build_step`, with the ``graph_*``
+        variant's fault planted.
+    """
+    from porting_kit.embedded.graph_step import build_step
+
+    fault = VARIANT[len("graph_"):] if VARIANT and VARIANT.startswith("graph_") else None
+    return build_step(fault)

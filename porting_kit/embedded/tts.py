@@ -19,6 +19,12 @@ factor 4 that the port drops). Values chosen so the faults show:
   shift would leave the output unchanged.
 * ``norm_no_fp32_upcast``: identical to the clean port in float32; it differs
   only when run in bfloat16 (``--dtype bfloat16``).
+* ``fp16_overflow``: a weight change on the reference (it flows to the port): one
+  intermediate neuron of layer 0's MLP is amplified so one hidden channel peaks at
+  :data:`OVERFLOW_PEAK` (2e5) on the example input, as the "massive activations" of real
+  LLMs (Sun et al., 2024) do; every weight stays inside float16's range. float32 and
+  bfloat16 hold it; float16 (max 65504) overflows to Inf at layer 0's ``down_proj`` on
+  both sides (``dtype.fp16_overflow``).
 
 Spec names: ``reference``, ``candidate``, ``inputs``, ``run_reference``,
 ``run_candidate``, ``reference_config``, ``candidate_config``; models expose
@@ -49,6 +55,8 @@ VARIANTS = {
     "norm_no_fp32_upcast": "port computes the norm variance in the input dtype (shows only in bf16)",
     "norm_post": "port applies the norms after the residual add (post-norm)",
     "norm_no_qk_norm": "port has no q_norm/k_norm",
+    "fp16_overflow": "reference weights with a massive activation: layer 0's MLP writes 2e5 into "
+                     "one hidden channel (float16 max 65504); shows only with --dtype float16",
 }
 VARIANT: str | None = None
 
@@ -70,6 +78,7 @@ PORT_OPTIONS: dict[str, dict[str, Any]] = {
     "norm_no_fp32_upcast": {"norm_fp32_upcast": False},
     "norm_post": {"norm_placement": "post"},
     "norm_no_qk_norm": {"qk_norm": False},
+    "fp16_overflow": {},  # the port is clean: the reference's weights carry the activation
 }
 
 #: Sequence length of the example input (tokens); RoPE faults grow with position.
@@ -107,7 +116,10 @@ def reference():
     seeded random weights, eval mode."""
     from porting_kit.embedded import tts_reference
 
-    return tts_reference.build_reference(lm_config(), codec_config())
+    model = tts_reference.build_reference(lm_config(), codec_config())
+    if VARIANT == "fp16_overflow":
+        _plant_massive_activation(model)
+    return model
 
 
 def candidate():
@@ -121,6 +133,39 @@ def candidate():
         torch.manual_seed(CANDIDATE_SEED)
         model = TinyTTSPort(lm_config(), codec_config(), port_options())
     return model.eval()
+
+
+#: The ``fp16_overflow`` variant's massive activation: intermediate neuron, hidden channel,
+#: gain on that neuron's gate/up rows, and the channel's peak |value| on the example input.
+OVERFLOW_NEURON, OVERFLOW_CHANNEL, OVERFLOW_GAIN, OVERFLOW_PEAK = 7, 5, 400.0, 2e5
+
+
+def _plant_massive_activation(model) -> None:
+    """Give layer 0's MLP one massive activation, every weight still inside float16's range.
+
+    Rows :data:`OVERFLOW_NEURON` of ``gate_proj`` / ``up_proj`` are scaled by
+    :data:`OVERFLOW_GAIN` (that neuron's ``silu(gate) * up`` reaches the hundreds), then
+    ``down_proj.weight[OVERFLOW_CHANNEL, OVERFLOW_NEURON]`` is set so hidden channel
+    :data:`OVERFLOW_CHANNEL` peaks near :data:`OVERFLOW_PEAK` on :func:`inputs` (measured in a
+    float32 forward; changes ``model`` in place).
+    """
+    import torch
+
+    mlp = model.lm.model.layers[0].mlp
+    j, c = OVERFLOW_NEURON, OVERFLOW_CHANNEL
+    with torch.no_grad():
+        mlp.gate_proj.weight[j].mul_(OVERFLOW_GAIN)
+        mlp.up_proj.weight[j].mul_(OVERFLOW_GAIN)
+    act: list = []
+    h = mlp.down_proj.register_forward_pre_hook(lambda mod, args: act.append(args[0][..., j].detach()))
+    try:
+        with torch.no_grad():
+            run_reference(model, inputs())
+    finally:
+        h.remove()
+    a = act[0].reshape(-1)
+    with torch.no_grad():
+        mlp.down_proj.weight[c, j] = OVERFLOW_PEAK / float(a[int(a.abs().argmax())])
 
 
 def inputs() -> dict:

@@ -104,6 +104,19 @@ DEFAULTS: dict[str, Tolerance] = {
 }
 
 
+#: RoPE fingerprint tolerances by the dtype of the captured q/k (``checks/rope.py``):
+#: ``gate`` -- relative norm spread under which the q/k map is a rotation at all;
+#: ``structure`` -- residual of the best rotation structure (layout, rotary dims);
+#: ``angle`` -- max angle error in radians between the candidate's and the reference's angles.
+#: ``angle`` for bf16/fp16 is set from ``benchmarks/dtype_matrix.py`` (see the module docstring).
+ROPE_TOLERANCES: dict[str, dict[str, float]] = {
+    "float32": {"gate": 1e-2, "structure": 1e-3, "angle": 2e-3},
+    "float64": {"gate": 1e-2, "structure": 1e-3, "angle": 2e-3},
+    "float16": {"gate": 2e-2, "structure": 5e-3, "angle": 1e-2},
+    "bfloat16": {"gate": 5e-2, "structure": 3e-2, "angle": 5e-2},
+}
+
+
 def dtype_name(dtype: Any) -> str:
     """The dtype's name without the ``torch.`` prefix: ``torch.float32`` -> ``"float32"``.
 

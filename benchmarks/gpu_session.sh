@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# One GPU session, every step time-boxed, everything written under $OUT (default ./gpu-out).
+#   bash benchmarks/gpu_session.sh            # from the repository root, on the GPU machine
+# Steps: carried wheels -> pytest -m gpu -> whole suite -> check (llama, tts) bf16/fp16 ->
+# planted variants bf16 -> dtype_matrix -> check_overhead 7/28 layers (plain, families) -> gpu_speed.
+# Each step has its own `timeout` (seconds below); a step that times out is recorded (rc=124),
+# not fatal. The per-step limits add up to 540 s. ONLY='regex' runs only the matching steps
+# (e.g. ONLY='overhead|gpu_speed') so a session can be split over two device calls.
+set -u
+OUT="${OUT:-./gpu-out}"
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD" MPLBACKEND=Agg HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONDONTWRITEBYTECODE=1
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+T0=$(date +%s)
+
+ONLY="${ONLY:-.}"
+step() {  # step NAME SECONDS CMD...: run CMD under timeout, log to $OUT/NAME.log, one summary line
+  local name="$1" secs="$2"; shift 2
+  if ! [[ "$name" =~ $ONLY ]]; then return 0; fi
+  local t=$(date +%s)
+  timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - t ))s" | tee -a "$SUMMARY"
+  return 0
+}
+
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+python -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name(0))" > "$OUT/env.txt" 2>&1
+
+if [ -d .gpu-wheels ] && ls .gpu-wheels/*.whl >/dev/null 2>&1; then
+  step wheels 20 python -m pip install --no-index --no-deps --quiet .gpu-wheels/*.whl
+fi
+
+step pytest_gpu 60 python -m pytest -q -m gpu -p no:cacheprovider -ra
+step pytest_all 100 python -m pytest -q -p no:cacheprovider -ra
+# the summary line only (the whole log stays in pytest_all.log)
+[ -f "$OUT/pytest_all.log" ] && tail -n 1 "$OUT/pytest_all.log" | sed 's/^/pytest_all: /' | tee -a "$SUMMARY"
+
+for dt in bfloat16 float16; do
+  step "check_llama_$dt" 25 python -m porting_kit check examples/llama_meta.py --device cuda --dtype "$dt" \
+    --json "$OUT/check_llama_$dt.json"
+  step "check_tts_$dt" 20 python -m porting_kit check --device cuda --dtype "$dt" --json "$OUT/check_tts_$dt.json"
+done
+
+cat > "$OUT/variants.py" <<'PY'
+import sys
+from porting_kit.runner import run_check
+from porting_kit.spec import load_spec
+dtype = sys.argv[1]
+for name, src in (("llama", "examples/llama_meta.py"), ("tts", None)):
+    spec = load_spec(src) if src else load_spec(example="tts")
+    for v in [v for v in spec.variants if not v.startswith("audio_")]:
+        dt = "float16" if v == "fp16_overflow" else dtype
+        try:
+            rep = (run_check(src, variant=v, device="cuda", dtype=dt) if src
+                   else run_check(example=f"tts:{v}", device="cuda", dtype=dt))
+            codes = sorted({f.code for f in rep.findings if f.status in ("fail", "warn")})
+        except Exception as exc:  # one line per variant, whatever happens
+            codes = [f"ERROR {type(exc).__name__}: {exc}"]
+        print(f"{name}:{v} [{dt}] -> {', '.join(codes) or '-'}", flush=True)
+for v in ("graph_stale_output", "graph_shape_changed", "graph_capture_generator", None):
+    ex = "generator" + (f":{v}" if v else "")
+    rep = run_check(example=ex, only="cudagraph", device="cuda")
+    print(f"{ex} -> {', '.join(f.code for f in rep.findings)}: {rep.findings[0].message}", flush=True)
+PY
+step variants_bf16 60 python "$OUT/variants.py" bfloat16
+
+step dtype_matrix 60 python benchmarks/dtype_matrix.py --device cuda --seeds 2 \
+  --out "$OUT/dtype_matrix_cuda.md"
+
+OV="--shape qwen3-0.6b --device cuda --dtype bfloat16 --repeats 5"
+step overhead_l7 50 python benchmarks/check_overhead.py $OV --layers 7 --deep-layers 28
+step overhead_l28 30 python benchmarks/check_overhead.py $OV --layers 28 --no-memory
+step overhead_l7_families 25 python benchmarks/check_overhead.py $OV --layers 7 --no-memory \
+  --families parity,rope,norm,config,dtype
+step overhead_l28_families 30 python benchmarks/check_overhead.py $OV --layers 28 --no-memory \
+  --families parity,rope,norm,config,dtype
+
+step gpu_speed 15 python benchmarks/gpu_speed.py "$OUT/gpu_speed.md" --device cuda
+
+{
+  echo "--- figures"
+  for f in "$OUT"/overhead_*.log; do echo "  $(basename "$f" .log): $(grep -h '^overhead_ratio=\|^depth_memory_ratio=' "$f" | tr '\n' ' ')"; done
+  for f in "$OUT"/check_*.json; do
+    python - "$f" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = [f["code"] for f in r["findings"] if f["status"] in ("fail", "warn")]
+rope = [f["evidence"].get("angle_error_rad") for f in r["findings"] if f["check"] == "rope"]
+print(f"  {sys.argv[1].rsplit('/', 1)[-1]}: status={r['status']} fail/warn={bad or 'none'} rope_angle={rope}")
+PY
+  done
+  echo "--- variants"; cat "$OUT/variants_bf16.log" 2>/dev/null
+  echo "total $(( $(date +%s) - T0 ))s"
+} | tee -a "$SUMMARY"
