@@ -62,7 +62,7 @@ def test_clean_llama_pair_passes_in_serving_dtype(dtype):
     pytest.importorskip("llama_models", reason="needs llama-models (examples extra)")
     from pathlib import Path
 
-    spec = str(Path(__file__).resolve().parents[1] / "examples" / "llama_meta.py")
+    spec = str(Path(__file__).resolve().parents[2] / "examples" / "llama_meta.py")
     rep = run_check(spec, dtype=dtype, only="config,parity,rope,norm")
     assert [f.code for f in rep.findings if f.status in ("fail", "warn")] == []
     (rope,) = [f for f in rep.findings if f.check == "rope"]

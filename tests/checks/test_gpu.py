@@ -11,7 +11,7 @@ import torch
 from porting_kit.runner import run_check
 
 pytestmark = pytest.mark.gpu
-LLAMA = str(Path(__file__).resolve().parents[1] / "examples" / "llama_meta.py")
+LLAMA = str(Path(__file__).resolve().parents[2] / "examples" / "llama_meta.py")
 
 
 def _bad(rep):
