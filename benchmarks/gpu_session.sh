@@ -26,21 +26,21 @@ step() {  # step NAME SECONDS CMD...: run CMD under timeout, log to $OUT/NAME.lo
 }
 
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
-python -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name(0))" > "$OUT/env.txt" 2>&1
+python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name(0))" > "$OUT/env.txt" 2>&1
 
 if [ -d .gpu-wheels ] && ls .gpu-wheels/*.whl >/dev/null 2>&1; then
-  step wheels 20 python -m pip install --no-index --no-deps --quiet .gpu-wheels/*.whl
+  step wheels 20 python3 -m pip install --no-index --no-deps --quiet .gpu-wheels/*.whl
 fi
 
-step pytest_gpu 60 python -m pytest -q -m gpu -p no:cacheprovider -ra
-step pytest_all 100 python -m pytest -q -p no:cacheprovider -ra
+step pytest_gpu 60 python3 -m pytest -q -m gpu -p no:cacheprovider -ra
+step pytest_all 240 python3 -m pytest -q -p no:cacheprovider -ra
 # the summary line only (the whole log stays in pytest_all.log)
 [ -f "$OUT/pytest_all.log" ] && tail -n 1 "$OUT/pytest_all.log" | sed 's/^/pytest_all: /' | tee -a "$SUMMARY"
 
 for dt in bfloat16 float16; do
-  step "check_llama_$dt" 25 python -m porting_kit check examples/llama_meta.py --device cuda --dtype "$dt" \
+  step "check_llama_$dt" 25 python3 -m porting_kit check examples/llama_meta.py --device cuda --dtype "$dt" \
     --json "$OUT/check_llama_$dt.json"
-  step "check_tts_$dt" 20 python -m porting_kit check --device cuda --dtype "$dt" --json "$OUT/check_tts_$dt.json"
+  step "check_tts_$dt" 20 python3 -m porting_kit check --device cuda --dtype "$dt" --json "$OUT/check_tts_$dt.json"
 done
 
 cat > "$OUT/variants.py" <<'PY'
@@ -64,26 +64,26 @@ for v in ("graph_stale_output", "graph_shape_changed", "graph_capture_generator"
     rep = run_check(example=ex, only="cudagraph", device="cuda")
     print(f"{ex} -> {', '.join(f.code for f in rep.findings)}: {rep.findings[0].message}", flush=True)
 PY
-step variants_bf16 60 python "$OUT/variants.py" bfloat16
+step variants_bf16 60 python3 "$OUT/variants.py" bfloat16
 
-step dtype_matrix 60 python benchmarks/dtype_matrix.py --device cuda --seeds 2 \
+step dtype_matrix 60 python3 benchmarks/dtype_matrix.py --device cuda --seeds 2 \
   --out "$OUT/dtype_matrix_cuda.md"
 
 OV="--shape qwen3-0.6b --device cuda --dtype bfloat16 --repeats 5"
-step overhead_l7 50 python benchmarks/check_overhead.py $OV --layers 7 --deep-layers 28
-step overhead_l28 30 python benchmarks/check_overhead.py $OV --layers 28 --no-memory
-step overhead_l7_families 25 python benchmarks/check_overhead.py $OV --layers 7 --no-memory \
+step overhead_l7 150 python3 benchmarks/check_overhead.py $OV --layers 7 --deep-layers 28
+step overhead_l28 150 python3 benchmarks/check_overhead.py $OV --layers 28 --no-memory
+step overhead_l7_families 120 python3 benchmarks/check_overhead.py $OV --layers 7 --no-memory \
   --families parity,rope,norm,config,dtype
-step overhead_l28_families 30 python benchmarks/check_overhead.py $OV --layers 28 --no-memory \
+step overhead_l28_families 150 python3 benchmarks/check_overhead.py $OV --layers 28 --no-memory \
   --families parity,rope,norm,config,dtype
 
-step gpu_speed 15 python benchmarks/gpu_speed.py "$OUT/gpu_speed.md" --device cuda
+step gpu_speed 15 python3 benchmarks/gpu_speed.py "$OUT/gpu_speed.md" --device cuda
 
 {
   echo "--- figures"
   for f in "$OUT"/overhead_*.log; do echo "  $(basename "$f" .log): $(grep -h '^overhead_ratio=\|^depth_memory_ratio=' "$f" | tr '\n' ' ')"; done
   for f in "$OUT"/check_*.json; do
-    python - "$f" <<'PY'
+    python3 - "$f" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 bad = [f["code"] for f in r["findings"] if f["status"] in ("fail", "warn")]

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
+sf = pytest.importorskip("soundfile")
 
 from porting_kit.audio_files import compare_files
 from porting_kit.probes.waveform import estimate_lag, snr_db, spectral_peak_hz

@@ -3,7 +3,9 @@
 import json
 from pathlib import Path
 
-import soundfile as sf
+import pytest
+
+sf = pytest.importorskip("soundfile")
 
 from porting_kit.baseline import compare, read_sidecar, record
 from porting_kit.cli import main
