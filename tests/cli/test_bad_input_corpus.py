@@ -28,6 +28,7 @@ import pytest
 from porting_kit.cli import main
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
+PKG = Path(__import__("porting_kit").__file__).resolve().parent
 TIME_LIMIT_S = 120
 
 
@@ -347,6 +348,15 @@ def _cases() -> list[Case]:
         Case("validate-fifo", ["validate", "--static", "fifo.json"], 2, "fifo.json"),
         Case("validate-no-args", ["validate"], 2, "validate"),
         Case("validate-unknown-option", ["validate", "--static", "adir", "--frob"], 2, "frob"),
+    ]
+    # nothing is ever written inside the installed package
+    c += [
+        Case("pkg-json", ["check", "--only", "config", "--json", str(PKG / "r.json")], 2, "installed"),
+        Case("pkg-notebooks", ["notebooks", str(PKG / "_walk")], 2, "installed"),
+        Case("pkg-baseline", ["baseline", "record", "--out", str(PKG / "_shipped" / "reference_audio")], 2,
+             "installed"),
+        Case("pkg-lint-baseline", ["lint", "broken.py", "--baseline", str(PKG / "lb.json"), "--write-baseline"],
+             2, "installed"),
     ]
     # the root
     c += [
