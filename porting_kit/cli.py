@@ -136,10 +136,13 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
           variant: str | None = typer.Option(None, "--variant", help="Planted-fault variant declared by the spec."),
           only: str | None = typer.Option(None, "--only",
                                           help="Comma-separated families: "
-                                               "config,parity,rope,norm,hop,channel,dtype,rng,lifecycle."),
+                                               "config,parity,rope,norm,tp,hop,channel,dtype,rng,lifecycle,cudagraph."),
           json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here."),
           device: str = typer.Option("cpu", "--device", help="Torch device: cpu, cuda, cuda:1."),
           dtype: str | None = typer.Option(None, "--dtype", help="Serving dtype: float32, bfloat16, float16."),
+          tp: int = typer.Option(1, "--tp", min=1,
+                                 help="Tensor-parallel size: run the spec's candidate_tp on N ranks "
+                                      "(gloo on CPU, NCCL on N GPUs) and compare the gathered outputs."),
           debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
     """Compare the candidate port against the HF reference and name the fault."""
     _DEBUG["on"] = _DEBUG["on"] or debug
@@ -152,7 +155,7 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
         check_output_path(json_path, inputs=[spec])
         with _progress("loading spec") as update:
             report = run_check(str(spec) if spec else None, example=example, variant=variant,
-                               only=only, device=device, dtype=dtype,
+                               only=only, device=device, dtype=dtype, tp=tp,
                                progress=lambda text: update(f"check: {text}"))
         print_report(report, console)
         if json_path:
