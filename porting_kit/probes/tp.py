@@ -291,7 +291,7 @@ def _rank_body(rank: int, job: TPJob) -> None:
     work = Path(job.workdir)
     dist.init_process_group(job.backend, init_method=f"file://{work / 'rendezvous'}", rank=rank,
                             world_size=job.world_size,
-                            timeout=datetime.timedelta(seconds=job.timeout_s))
+                            timeout=datetime.timedelta(seconds=2 * job.timeout_s))
     device = "cpu"
     if job.backend == "nccl":
         torch.cuda.set_device(rank)
