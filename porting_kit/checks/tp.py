@@ -84,6 +84,7 @@ def run(ctx) -> list[Finding]:
     from porting_kit.probes.tp import measure
 
     res = measure(ctx, n)
+    ctx.extras["tp_timing"] = dict(res.timing)
     common = {"world_size": n, "backend": res.backend, "compared_modules": len(res.stats),
               "aligned_modules": len(res.alignment.pairs), "tolerance": res.tolerance.describe(),
               "ranks_seconds": round(res.timing.get("ranks", 0.0), 3)}

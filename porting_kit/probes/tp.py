@@ -85,7 +85,9 @@ class TPJob:
     dtype : str or None
         Serving dtype (``--dtype``), applied after loading.
     timeout_s : float
-        Collective timeout of the process group.
+        Seconds the parent waits; the process group's collective timeout is twice that.
+    spawned_at : float
+        ``time.time()`` when the parent started the ranks (for the start-up figure).
     """
 
     spec_path: str | None
@@ -96,6 +98,7 @@ class TPJob:
     workdir: str
     dtype: str | None
     timeout_s: float
+    spawned_at: float = 0.0
 
 
 @dataclass
@@ -195,7 +198,10 @@ class TPResult:
         Rank -> parameters ``load_weights`` never wrote.
     tolerance : Tolerance
     timing : dict
-        Seconds: ``reference``, ``ranks`` (start to last rank done), ``compare``.
+        Seconds: ``reference``, ``ranks`` (start to last rank done), ``compare``, and the
+        slowest rank's ``rank_import`` (interpreter and imports), ``rank_init`` (process
+        group), ``rank_load`` (spec, ``candidate_tp``, ``load_weights``), ``rank_forward``
+        (forward with every module output copied).
     """
 
     world_size: int
@@ -276,28 +282,35 @@ def _capture_calls(model, calls: list[dict]):
     return handles
 
 
-def _rank_body(rank: int, job: TPJob) -> None:
-    """One rank's work (see the module docstring); writes ``rank{rank}.pt``."""
+def _init_group(rank: int, job: TPJob) -> str:
+    """Join the process group (``file://`` rendezvous in the job folder); the rank's device."""
     import datetime
 
     import torch
     import torch.distributed as dist
 
-    from porting_kit.context import CheckContext
-    from porting_kit.load import move_inputs, run_side, to_serving_dtype
-    from porting_kit.spec import load_spec
-
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // job.world_size))
-    work = Path(job.workdir)
-    dist.init_process_group(job.backend, init_method=f"file://{work / 'rendezvous'}", rank=rank,
-                            world_size=job.world_size,
+    dist.init_process_group(job.backend, init_method=f"file://{Path(job.workdir) / 'rendezvous'}",
+                            rank=rank, world_size=job.world_size,
                             timeout=datetime.timedelta(seconds=2 * job.timeout_s))
-    device = "cpu"
     if job.backend == "nccl":
         torch.cuda.set_device(rank)
-        device = f"cuda:{rank}"
-    spec = load_spec(job.spec_path, example=job.example, variant=job.variant)
-    weights = torch.load(work / "weights.pt", weights_only=False)
+        return f"cuda:{rank}"
+    return "cpu"
+
+
+def _load_shard(spec, rank: int, job: TPJob):
+    """``candidate_tp(rank, N)`` with the full weights passed to its ``load_weights``.
+
+    Returns
+    -------
+    model : torch.nn.Module
+    unset : list of str
+        Floating parameters still all-NaN after loading (filled with NaN before it).
+    """
+    import torch
+
+    weights = torch.load(Path(job.workdir) / "weights.pt", weights_only=False)
     if spec.has("convert_weights"):
         weights = spec.call("convert_weights", dict(weights))
     model = spec.call("candidate_tp", rank, job.world_size)
@@ -312,12 +325,15 @@ def _rank_body(rank: int, job: TPJob) -> None:
     model.load_weights((k, v) for k, v in weights.items() if isinstance(v, torch.Tensor))
     unset = [n for n, p in params.items() if p.is_floating_point() and p.numel()
              and bool(torch.isnan(p).all())]
-    model.to(device)
-    dtype = CheckContext(spec=spec, dtype=job.dtype).torch_dtype()
-    if dtype is not None:
-        to_serving_dtype(model, dtype)
-    model.eval()
-    inputs = move_inputs(torch.load(work / "inputs.pt", weights_only=False), device, None)
+    return model, unset
+
+
+def _forward_all(spec, model, inputs) -> tuple[list[dict], Any]:
+    """``run_candidate`` with every module's output kept (:func:`_capture_calls`); (calls, output)."""
+    import torch
+
+    from porting_kit.load import run_side
+
     calls: list[dict] = []
     handles = _capture_calls(model, calls)
     try:
@@ -328,9 +344,37 @@ def _rank_body(rank: int, job: TPJob) -> None:
             h.remove()
     if out is None:
         raise InputError(f"{spec.name}: the candidate forward returned no tensor")
+    return calls, out
+
+
+def _rank_body(rank: int, job: TPJob) -> None:
+    """One rank's work (see the module docstring); writes ``rank{rank}.pt`` with its module
+    calls, output, state dict, unset parameters and timings."""
+    import torch
+    import torch.distributed as dist
+
+    from porting_kit.context import CheckContext
+    from porting_kit.load import move_inputs, to_serving_dtype
+    from porting_kit.spec import load_spec
+
+    times = {"rank_import": time.time() - job.spawned_at}
+    t0 = time.perf_counter()
+    device = _init_group(rank, job)
+    times["rank_init"], t0 = time.perf_counter() - t0, time.perf_counter()
+    spec = load_spec(job.spec_path, example=job.example, variant=job.variant)
+    model, unset = _load_shard(spec, rank, job)
+    model.to(device)
+    dtype = CheckContext(spec=spec, dtype=job.dtype).torch_dtype()
+    if dtype is not None:
+        to_serving_dtype(model, dtype)
+    model.eval()
+    inputs = move_inputs(torch.load(Path(job.workdir) / "inputs.pt", weights_only=False), device, None)
+    times["rank_load"], t0 = time.perf_counter() - t0, time.perf_counter()
+    calls, out = _forward_all(spec, model, inputs)
+    times["rank_forward"] = time.perf_counter() - t0
     state = {k: v.detach().cpu() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
-    torch.save({"calls": calls, "output": out.detach().cpu(), "state": state, "unset": unset},
-               work / f"rank{rank}.pt")
+    torch.save({"calls": calls, "output": out.detach().cpu(), "state": state, "unset": unset,
+                "times": times}, Path(job.workdir) / f"rank{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()
 
@@ -366,6 +410,7 @@ def _spawn(job: TPJob, timeout_s: float) -> None:
     from dataclasses import asdict
 
     work = Path(job.workdir)
+    job.spawned_at = time.time()
     (work / "job.json").write_text(json.dumps(asdict(job)))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
@@ -761,36 +806,26 @@ def measure(ctx, world_size: int, timeout_s: float | None = None) -> TPResult:
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
     reference, inputs = _reference(ctx)
-    rrec: list = []
-    with capture_summaries(reference, rrec), torch.no_grad():
-        from porting_kit.load import run_side
-
-        out_r = first_tensor(run_side(spec, "reference", reference, inputs))
-    if out_r is None:
-        raise InputError(f"{spec.name}: the reference forward returned no tensor")
+    rrec, out_r = _reference_pass(spec, reference, inputs)
     timing["reference"] = time.perf_counter() - t0
     ctx.progress(f"tp: starting {world_size} ranks")
     t0 = time.perf_counter()
     ref_sd = {k: v.detach().cpu() for k, v in reference.state_dict().items() if isinstance(v, torch.Tensor)}
     ranks = _run_ranks(ctx, ref_sd, inputs, world_size, timeout_s)
     timing["ranks"] = time.perf_counter() - t0
+    for k in ranks[0]["times"]:
+        timing[k] = max(d["times"][k] for d in ranks)  # the slowest rank
 
     t0 = time.perf_counter()
     ref_param = next(iter(reference.parameters()), None)
     tol = tolerance_for(ref_param.dtype if ref_param is not None else "float32", spec.get("tolerances"))
-    calls = _gather_all(ranks, {r.out.shape for r in rrec if r.out is not None})
-    crec = summarize_calls([(c.key, c.name, c.type, c.depth, c.tensor) for c in calls.values()])
-    from porting_kit.load import trace_weights
-
-    union = {k: torch.cat([d["state"][k].reshape(-1) for d in ranks]) for k in ranks[0]["state"]}
-    weights = trace_weights(spec, ref_sd, union)
-    alignment = align(rrec, crec, module_map=spec.get("module_map"), weight_map=weights.weight_map)
-    stats = [_screen(p, tol) for p in alignment.pairs if p.comparable]
     thr = _hyp_threshold(tol)
+    calls = _gather_all(ranks, {r.out.shape for r in rrec if r.out is not None})
+    alignment = _align(spec, rrec, calls, ref_sd, ranks)
+    stats = [_screen(p, tol) for p in alignment.pairs if p.comparable]
     first, metric, hyp = _verify(spec, reference, inputs, stats, calls, tol, world_size, thr)
     shape_pair = _first_shape_fault(spec, reference, inputs, alignment, calls, world_size, thr)
-    out_c = ranks[0]["output"]
-    out_ref = out_r.detach().cpu()
+    out_c, out_ref = ranks[0]["output"], out_r.detach().cpu()
     out_metric, out_hyp = None, None
     if tuple(out_ref.shape) == tuple(out_c.shape):
         out_metric = tensor_metrics(out_ref, out_c, tol)
@@ -806,6 +841,33 @@ def measure(ctx, world_size: int, timeout_s: float | None = None) -> TPResult:
                       tolerance=tol, timing=timing)
     ctx.state["tp"] = result
     return result
+
+
+def _reference_pass(spec, reference, inputs):
+    """The reference's forward with sketch hooks on every module: (records, output)."""
+    import torch
+
+    from porting_kit.load import run_side
+
+    rrec: list = []
+    with capture_summaries(reference, rrec), torch.no_grad():
+        out = first_tensor(run_side(spec, "reference", reference, inputs))
+    if out is None:
+        raise InputError(f"{spec.name}: the reference forward returned no tensor")
+    return rrec, out
+
+
+def _align(spec, rrec, calls: dict[str, GatheredCall], ref_sd: dict, ranks: list[dict]) -> Alignment:
+    """Sketch the gathered calls and align them with the reference's records; the weight map is
+    traced over every rank's shard of each tensor (flattened and concatenated)."""
+    import torch
+
+    from porting_kit.load import trace_weights
+
+    crec = summarize_calls([(c.key, c.name, c.type, c.depth, c.tensor) for c in calls.values()])
+    union = {k: torch.cat([d["state"][k].reshape(-1) for d in ranks]) for k in ranks[0]["state"]}
+    weights = trace_weights(spec, ref_sd, union)
+    return align(rrec, crec, module_map=spec.get("module_map"), weight_map=weights.weight_map)
 
 
 def _full_reference(spec, reference, inputs, key: str):
