@@ -172,3 +172,23 @@ def test_a_rank_that_hangs_is_stopped_after_tp_timeout(tmp_path):
         timeout=45, body="import time; time.sleep(3600)"))
     with pytest.raises(InputError, match="did not finish within 45 s"):
         run_check(str(spec), only="tp", tp=2)
+
+
+# --------------------------------------------------------------------------- findings (fast)
+
+
+@pytest.mark.parametrize("h,code,key,value", [
+    (tp_probe.Hypotheses(2, permutation=[1, 0], axis=-1), "tp.shard_order", "permutation", "1,0"),
+    (tp_probe.Hypotheses(2, reduce="extra_biases", fit_rel_err=1e-8), "tp.reduce", "hypothesis", "extra_biases"),
+    (tp_probe.Hypotheses(4, reduce="factor_n", fit_rel_err=0.0), "tp.reduce", "hypothesis", "factor_n"),
+    (tp_probe.Hypotheses(2, regather=(-2, -1)), "tp.gather_axis", "gathered_axis", -2),
+    (tp_probe.Hypotheses(2), "tp.unexplained", "candidate_module", "b.o_proj"),
+])
+def test_each_hypothesis_becomes_its_code(h, code, key, value):
+    from porting_kit.checks.tp import _diagnosis
+
+    f = _diagnosis(h, "a.o_proj", "b.o_proj", {"world_size": h.world_size}, {"max_abs": 0.5})
+    assert (f.code, f.status) == (code, "fail")
+    assert f.evidence[key] == value and f.evidence["max_abs"] == 0.5
+    assert f.where.reference == "a.o_proj" and f.where.candidate == "b.o_proj"
+    assert f.hint and f.message.endswith(".")
