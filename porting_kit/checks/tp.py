@@ -14,7 +14,9 @@ Codes
     The gathered output equals the reference after permuting its N shards along the
     parallel axis (evidence ``permutation``: candidate shard i holds reference shard
     ``permutation[i]``): a loader took another rank's slice, or a gather put the shards
-    in the wrong order.
+    in the wrong order. For a vocabulary-parallel embedding (``shards_of: weight``): the
+    output equals the reference looked up with the weight's vocabulary shards permuted
+    (a rank masks its own id range but holds another rank's rows: a wrong offset).
 ``tp.reduce``
     A row-parallel (all-reduced) output is off by ``N - 1`` extra copies of the layer's
     bias (the bias added on every rank before the all-reduce), by a factor of N (or
@@ -127,6 +129,14 @@ def _diagnosis(h, ref_mod: str, cand_mod: str, common: dict, metric_ev: dict) ->
                        f"{cand_mod}'s output holds its {n} shards concatenated along axis {wrong}; "
                        f"concatenated along axis {right} they equal {ref_mod}'s output.",
                        {**ev, "gathered_axis": wrong, "expected_axis": right}, where, _HINTS["tp.gather_axis"])
+    if h.permutation is not None and h.shards_of == "weight":
+        perm = ",".join(map(str, h.permutation))
+        return Finding(P, "tp.shard_order", "fail",
+                       f"{cand_mod}'s output equals {ref_mod}'s looked up with the weight's {n} vocabulary "
+                       f"shards permuted: rank i serves its own id range from reference shard [{perm}][i] "
+                       "(a wrong vocab_start_index or loader offset).",
+                       {**ev, "permutation": perm, "axis": 0, "shards_of": "weight"}, where,
+                       _HINTS["tp.shard_order"])
     if h.permutation is not None:
         perm = ",".join(map(str, h.permutation))
         return Finding(P, "tp.shard_order", "fail",

@@ -66,6 +66,8 @@ VARIANTS = {
                    "before the all-reduce (reference with attention biases)",
     "tp_gather_axis": "sharded port (--tp N): the logits are gathered along the sequence axis, "
                       "not the vocabulary axis",
+    "tp_vocab_offset": "sharded port (--tp N): the vocabulary-parallel embedding masks its own id "
+                       "range but loads the rows of rank N-1-r",
 }
 VARIANT: str | None = None
 
@@ -96,6 +98,7 @@ TP_OPTIONS: dict[str, dict[str, Any]] = {
     "tp_shard_order": {"reverse_vocab_shards": True},
     "tp_row_bias": {"row_bias_every_rank": True},
     "tp_gather_axis": {"gather_dim": 1},
+    "tp_vocab_offset": {"reverse_embed_shards": True},
 }
 
 #: Sequence length of the example input (tokens); RoPE faults grow with position.

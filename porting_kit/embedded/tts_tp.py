@@ -14,7 +14,8 @@ are skipped).
 Planted faults (:class:`TPOptions`, default = correct): ``reverse_vocab_shards``
 (the LM head loads the vocabulary rows of rank ``N - 1 - r``), ``row_bias_every_rank``
 (``o_proj`` adds its bias before the all-reduce: N biases), ``gather_dim`` (the logits
-are gathered along the sequence axis).
+are gathered along the sequence axis), ``reverse_embed_shards`` (the embedding serves its
+id range from another rank's rows).
 
 Shapes: ``input_ids`` / ``positions`` (batch, T) int64; hidden (batch, T, 64);
 logits (batch, T, 1028) (gathered on every rank).
@@ -47,11 +48,15 @@ class TPOptions:
         ``o_proj`` (row-parallel) adds its bias on every rank before the all-reduce.
     gather_dim : int, default -1
         Axis the logits are gathered along (-1, the vocabulary, is correct).
+    reverse_embed_shards : bool, default False
+        The vocabulary-parallel embedding loads the rows of rank ``N - 1 - r`` while it
+        masks its own id range (a wrong vocabulary offset).
     """
 
     reverse_vocab_shards: bool = False
     row_bias_every_rank: bool = False
     gather_dim: int = -1
+    reverse_embed_shards: bool = False
 
 
 class TPAttention(nn.Module):
@@ -142,7 +147,8 @@ class TPTalker(nn.Module):
 
     def __init__(self, c: dict[str, Any], options: TPOptions):
         super().__init__()
-        self.embed_tokens = tp.VocabParallelEmbedding(c["vocab_size"], c["hidden_size"])
+        self.embed_tokens = tp.VocabParallelEmbedding(c["vocab_size"], c["hidden_size"],
+                                                      reverse_shards=options.reverse_embed_shards)
         self.layers = nn.ModuleList(TPDecoderLayer(c, options) for _ in range(c["num_hidden_layers"]))
         self.norm = make_norm(c["hidden_size"], c["rms_norm_eps"], PortOptions())
 

@@ -150,6 +150,10 @@ class Hypotheses:
         ``"missing_reduce"`` (ranks disagree; their sum equals the reference).
     fit_rel_err : float or None
         ``||fix(candidate) - reference|| / ||reference||`` of the hypothesis that fits.
+    shards_of : str
+        ``"output"`` (``permutation`` is over the output's shards along ``axis``) or
+        ``"weight"`` (over an embedding weight's vocabulary shards: rank ``i`` holds
+        reference shard ``permutation[i]``, :func:`vocab_shard_permutation`).
     """
 
     world_size: int
@@ -158,6 +162,7 @@ class Hypotheses:
     regather: tuple[int, int] | None = None
     reduce: str | None = None
     fit_rel_err: float | None = None
+    shards_of: str = "output"
 
     @property
     def explained(self) -> bool:
@@ -870,14 +875,18 @@ def _align(spec, rrec, calls: dict[str, GatheredCall], ref_sd: dict, ranks: list
     return align(rrec, crec, module_map=spec.get("module_map"), weight_map=weights.weight_map)
 
 
-def _full_reference(spec, reference, inputs, key: str):
-    """The reference's full output of module call ``key`` (CPU, float32), by one re-run."""
+def _full_reference(spec, reference, inputs, key: str, with_input: bool = False):
+    """The reference's full output of module call ``key`` (CPU, float32), by one re-run;
+    ``(input, output)`` with ``with_input`` (the input on CPU, its dtype kept)."""
     from porting_kit.load import run_side
 
     with capture_full(reference, {key}) as got:
         run_side(spec, "reference", reference, inputs)
-    t = got.get(key, (None, None))[1]
-    return None if t is None else t.detach().cpu().float()
+    inp, t = got.get(key, (None, None))
+    out = None if t is None else t.detach().cpu().float()
+    if with_input:
+        return (None if inp is None else inp.detach().cpu()), out
+    return out
 
 
 def _verify(spec, reference, inputs, stats, calls, tol, n, thr):
@@ -890,7 +899,7 @@ def _verify(spec, reference, inputs, stats, calls, tol, n, thr):
         if tried == _MAX_VERIFY:
             break
         tried += 1
-        ref = _full_reference(spec, reference, inputs, st.pair.reference.key)
+        ids, ref = _full_reference(spec, reference, inputs, st.pair.reference.key, with_input=True)
         call = calls[st.pair.candidate.key]
         if ref is None or call.tensor is None:
             continue
@@ -899,8 +908,69 @@ def _verify(spec, reference, inputs, stats, calls, tol, n, thr):
         if m.within_tolerance:
             continue  # a false alarm of the sketch screen
         bias = _bias_of(reference, st.pair.reference.name)
-        return st, m, hypotheses(ref, call, cand, bias, n, thr)
+        h = hypotheses(ref, call, cand, bias, n, thr)
+        if not h.explained:
+            h.permutation = vocab_shard_permutation(_embedding_weight(reference, st.pair.reference.name),
+                                                    ids, cand, n, thr)
+            h.axis = None if h.permutation is None else 0
+            h.shards_of = "weight" if h.permutation is not None else h.shards_of
+        return st, m, h
     return None, None, None
+
+
+def _embedding_weight(model, name: str):
+    """The weight [shape=(num_embeddings, dim)] of ``model``'s module ``name`` when it is an
+    ``nn.Embedding`` (CPU, float32), else None."""
+    import torch
+
+    try:
+        module = model.get_submodule(name)
+    except AttributeError:
+        return None
+    if not isinstance(module, torch.nn.Embedding):
+        return None
+    return module.weight.detach().cpu().float()
+
+
+def vocab_shard_permutation(weight, ids, cand, n: int, thr: float) -> list[int] | None:
+    """The permutation of the ``n`` vocabulary shards of an embedding that reproduces ``cand``.
+
+    A vocabulary-parallel embedding whose rank ``r`` masks the ids of its own range
+    ``[r * k, (r + 1) * k)`` but holds reference rows of shard ``perm[r]`` (a wrong
+    ``vocab_start_index`` or loader offset) returns ``weight[perm[id // k] * k + id % k]``.
+
+    Parameters
+    ----------
+    weight : torch.Tensor [shape=(vocab, dim)] or None
+        The reference embedding's weight; ``vocab`` divisible by ``n``.
+    ids : torch.LongTensor [shape=(...)] or None
+        The token ids the embedding was called with.
+    cand : torch.Tensor [shape=(..., dim)]
+        The candidate's (gathered) embedding output.
+    n : int
+        Tensor-parallel size (at most 6: every permutation is tried).
+    thr : float
+        Relative error under which the hypothesis fits.
+
+    Returns
+    -------
+    list of int or None
+        ``perm`` (not the identity), or ``None`` when none fits.
+    """
+    import itertools
+
+    import torch
+
+    if weight is None or ids is None or ids.is_floating_point() or n > 6 or weight.shape[0] % n:
+        return None
+    k = weight.shape[0] // n
+    for perm in itertools.permutations(range(n)):
+        if list(perm) == list(range(n)):
+            continue
+        mapped = torch.tensor(perm)[ids // k] * k + ids % k
+        if _fits(torch.nn.functional.embedding(mapped, weight), cand, thr) is not None:
+            return list(perm)
+    return None
 
 
 def _first_shape_fault(spec, reference, inputs, alignment, calls, n, thr):

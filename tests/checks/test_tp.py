@@ -125,6 +125,9 @@ def test_clean_sharded_port_passes_at_tp_2_on_the_command_line(tmp_path, capsys)
     ("tp_row_bias", "tp.reduce",
      {"hypothesis": "extra_biases", "candidate_module": "talker.layers.0.attn.o_proj",
       "reference_module": "lm.model.layers.0.self_attn.o_proj"}),
+    ("tp_vocab_offset", "tp.shard_order",
+     {"permutation": "1,0", "shards_of": "weight", "candidate_module": "talker.embed_tokens",
+      "reference_module": "lm.model.embed_tokens"}),
     ("tp_gather_axis", "tp.gather_axis",
      {"gathered_axis": -2, "expected_axis": -1, "candidate_shape": "(1, 128, 514)",
       "reference_shape": "(1, 64, 1028)"}),
@@ -192,3 +195,12 @@ def test_each_hypothesis_becomes_its_code(h, code, key, value):
     assert f.evidence[key] == value and f.evidence["max_abs"] == 0.5
     assert f.where.reference == "a.o_proj" and f.where.candidate == "b.o_proj"
     assert f.hint and f.message.endswith(".")
+
+
+def test_vocab_shard_permutation_reproduces_an_embedding_with_the_wrong_offset():
+    weight, ids = _t(12, 3), torch.tensor([[0, 5, 6, 11, 2]])
+    k = 6  # two shards of six rows: rank r masks its own ids but holds shard 1 - r
+    wrong = weight[torch.tensor([1, 0])[ids // k] * k + ids % k]
+    assert tp_probe.vocab_shard_permutation(weight, ids, wrong, 2, 1e-4) == [1, 0]
+    assert tp_probe.vocab_shard_permutation(weight, ids, weight[ids], 2, 1e-4) is None
+    assert tp_probe.vocab_shard_permutation(weight, ids, wrong + 1.0, 2, 1e-4) is None
