@@ -141,10 +141,13 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
           variant: str | None = typer.Option(None, "--variant", help="Planted-fault variant declared by the spec."),
           only: str | None = typer.Option(None, "--only",
                                           help="Comma-separated families: "
-                                               "config,parity,rope,norm,hop,channel,dtype,rng,lifecycle."),
+                                               "config,parity,rope,norm,tp,hop,channel,dtype,rng,lifecycle,cudagraph."),
           json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here (- for standard output)."),
           device: str = typer.Option("cpu", "--device", help="Torch device: cpu, cuda, cuda:1."),
           dtype: str | None = typer.Option(None, "--dtype", help="Serving dtype: float32, bfloat16, float16."),
+          tp: int = typer.Option(1, "--tp", min=1,
+                                 help="Tensor-parallel size: run the spec's candidate_tp on N ranks "
+                                      "(gloo on CPU, NCCL on N GPUs) and compare the gathered outputs."),
           trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
                                                  help="Allow a local reference directory whose config needs "
                                                       "remote code (auto_map). Never implicit."),
@@ -160,7 +163,7 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
         check_output_path(json_path, inputs=[spec])
         with _progress("loading spec") as update:
             report = run_check(str(spec) if spec else None, example=example, variant=variant,
-                               only=only, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                               only=only, device=device, dtype=dtype, tp=tp, trust_remote_code=trust_remote_code,
                                progress=lambda text: update(f"check: {text}"))
         print_report(report, _report_console(json_path))
         if json_path:

@@ -37,6 +37,8 @@ class CheckContext:
         Data for notebooks/plots (aligned-module table, per-layer errors...).
     progress : callable
         ``progress(text)`` to report a stage; a no-op by default.
+    tp : int
+        Tensor-parallel size for the ``tp`` family (``--tp N``); 1 (the default) skips it.
     """
 
     spec: Spec
@@ -46,6 +48,7 @@ class CheckContext:
     first_divergence: dict[str, Any] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[str], None] = lambda text: None
+    tp: int = 1
 
     def torch_dtype(self):
         """The ``torch.dtype`` for :attr:`dtype`, or ``None`` when no override was given.

@@ -529,3 +529,27 @@ def run_side(spec, side: str, model, inputs: dict) -> Any:
         except Exception as exc:
             raise InputError(f"{spec.name}: {side} forward model(**inputs) raised "
                              f"{type(exc).__name__}: {exc}; define run_{side}(model, inputs)") from exc
+
+
+def trace_weights(spec: Spec, ref_sd: dict[str, Any], cand_sd: dict[str, Any]) -> WeightLoad:
+    """The weight map of tensors already loaded: which reference tensors' values each candidate tensor holds.
+
+    Parameters
+    ----------
+    spec : Spec
+        Supplies ``transformed_weights`` / ``unused_reference_weights``.
+    ref_sd : dict of str to torch.Tensor
+        The reference's state dict.
+    cand_sd : dict of str to torch.Tensor
+        Candidate tensors by name (e.g. every tensor-parallel rank's shard of a parameter,
+        flattened and concatenated).
+
+    Returns
+    -------
+    WeightLoad
+        ``method="traced"``; ``weight_map``, ``unmapped_reference`` and ``untraceable`` as
+        :func:`load_weights` fills them (no output permutations, no unset parameters).
+    """
+    result = WeightLoad(method="traced")
+    _trace_values(ref_sd, cand_sd, result, spec)
+    return result

@@ -16,12 +16,14 @@ from porting_kit.report.findings import Finding, Report, skip
 from porting_kit.spec import Spec, load_spec
 
 #: Family prefix -> module under porting_kit.checks, in run order (static config first,
-#: then parity, the diagnoses that explain its divergence, audio, then the engine contract).
+#: then parity, the diagnoses that explain its divergence, tensor-parallel parity, audio, then
+#: the engine contract).
 FAMILIES: dict[str, str] = {
     "config": "config",
     "parity": "parity",
     "rope": "rope",
     "norm": "norm",
+    "tp": "tp",
     "hop": "hop",
     "channel": "channel",
     "dtype": "dtype",
@@ -64,7 +66,7 @@ def parse_only(only: str | Iterable[str] | None) -> list[str]:
 def run_check(spec: Spec | str | None = None, *, example: str | None = None,
               variant: str | None = None, only: str | Iterable[str] | None = None,
               device: str = "cpu", dtype: str | None = None, trust_remote_code: bool = False,
-              progress: Callable[[str], None] | None = None) -> Report:
+              progress: Callable[[str], None] | None = None, tp: int = 1) -> Report:
     """Run every check family that the spec can serve and return the report.
 
     Parameters
@@ -86,6 +88,9 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
         (``--trust-remote-code``); never implicit.
     progress : callable, optional
         Called with a short text as each family starts.
+    tp : int, default 1
+        Tensor-parallel size for the ``tp`` family (``--tp N``): N ranks run the spec's
+        ``candidate_tp``; 1 skips the family.
 
     Returns
     -------
@@ -97,13 +102,16 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     ------
     InputError
         The tool could not run (exit 2): bad spec, weights that cannot be
-        loaded, unknown family or dtype.
+        loaded, unknown family or dtype, ``tp`` below 1, a tensor-parallel rank that
+        failed or timed out.
     """
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise InputError(f"--tp {tp!r}: give a tensor-parallel size of 1 or more")
     if not isinstance(spec, Spec):
         spec = load_spec(spec, example=example, variant=variant, trust_remote_code=trust_remote_code)
     families = parse_only(only)
     ctx = CheckContext(spec=spec, device=device, dtype=dtype,
-                       progress=progress or (lambda text: None))
+                       progress=progress or (lambda text: None), tp=tp)
     ctx.torch_dtype()  # validate the dtype name before any work
     report = Report(command="check")
     t_all = time.perf_counter()

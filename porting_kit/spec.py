@@ -7,7 +7,8 @@ names (``codes``, ``decode_reference``, ``decode_candidate``, ``hop_length`` or
 ``codec_config``, optional ``decode_candidate_stream`` with ``stream_chunk_frames``
 / ``stream_context_frames``, ``codec_candidate``; README "Port spec: audio names",
 :mod:`porting_kit.probes.codec_pair`), ``engine_model``, ``synthesize_candidate`` / ``synthesize_reference``,
-``reference_config`` / ``candidate_config``. A spec that only defines the
+``reference_config`` / ``candidate_config``, ``candidate_tp(rank, world_size)`` and
+``tp_timeout`` (the sharded port for ``--tp N``, :mod:`porting_kit.probes.tp`). A spec that only defines the
 generator-style names (``engine_model`` or ``synthesize_candidate``) is valid:
 parity is then reported as ``skip``.
 

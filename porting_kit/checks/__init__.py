@@ -7,6 +7,7 @@ config      ``config.py``           static config disagreements (rope theta, eps
 parity      ``parity.py``           first divergence, NaN origin, unmapped weights
 rope        ``rope.py``             RoPE fault diagnosis (theta, layout, inv_freq...)
 norm        ``norm.py``             normalization fault diagnosis (eps, kind, offset...)
+tp          ``tp.py``               tensor-parallel shards: shard order, reduce, gather axis (--tp N)
 hop         ``hop.py``             codec hop length, duration, offset, codebook order, streaming
 channel     ``channel.py``          interleaved stereo flatten, downmix, output shape contract
 dtype       ``dtype.py``            codec decoded under autocast / low precision

@@ -26,7 +26,11 @@ factor 4 that the port drops). Values chosen so the faults show:
   bfloat16 hold it; float16 (max 65504) overflows to Inf at layer 0's ``down_proj`` on
   both sides (``dtype.fp16_overflow``).
 
-Spec names: ``reference``, ``candidate``, ``inputs``, ``run_reference``,
+* ``tp_*`` (``--tp N``): faults of the sharded port :func:`candidate_tp` only (the
+  single-process port is clean); ``tp_row_bias`` gives the reference attention
+  biases (random, so a bias added once per rank shows).
+
+Spec names: ``reference``, ``candidate``, ``candidate_tp``, ``inputs``, ``run_reference``,
 ``run_candidate``, ``reference_config``, ``candidate_config``; models expose
 their codecs as ``reference.codec`` (transformers ``EncodecModel``) and
 ``candidate.codec`` (:class:`~porting_kit.embedded.tts_port.CodecWrapper`); both
@@ -57,6 +61,13 @@ VARIANTS = {
     "norm_no_qk_norm": "port has no q_norm/k_norm",
     "fp16_overflow": "reference weights with a massive activation: layer 0's MLP writes 2e5 into "
                      "one hidden channel (float16 max 65504); shows only with --dtype float16",
+    "tp_shard_order": "sharded port (--tp N): the LM head loads the vocabulary rows of rank N-1-r",
+    "tp_row_bias": "sharded port (--tp N): o_proj (row-parallel) adds its bias on every rank "
+                   "before the all-reduce (reference with attention biases)",
+    "tp_gather_axis": "sharded port (--tp N): the logits are gathered along the sequence axis, "
+                      "not the vocabulary axis",
+    "tp_vocab_offset": "sharded port (--tp N): the vocabulary-parallel embedding masks its own id "
+                       "range but loads the rows of rank N-1-r",
 }
 VARIANT: str | None = None
 
@@ -81,6 +92,15 @@ PORT_OPTIONS: dict[str, dict[str, Any]] = {
     "fp16_overflow": {},  # the port is clean: the reference's weights carry the activation
 }
 
+#: Variant -> TPOptions fields of the sharded port (:func:`candidate_tp`); the single-process
+#: port is clean in these variants.
+TP_OPTIONS: dict[str, dict[str, Any]] = {
+    "tp_shard_order": {"reverse_vocab_shards": True},
+    "tp_row_bias": {"row_bias_every_rank": True},
+    "tp_gather_axis": {"gather_dim": 1},
+    "tp_vocab_offset": {"reverse_embed_shards": True},
+}
+
 #: Sequence length of the example input (tokens); RoPE faults grow with position.
 SEQ_LEN = 64
 #: Seed of the candidate's own init (what an unmapped weight keeps).
@@ -101,6 +121,8 @@ def lm_config():
     if VARIANT == "rope_scaling_ignored":
         return tts_reference.lm_config(
             rope_parameters={"rope_type": "linear", "rope_theta": 1e6, "factor": 4.0})
+    if VARIANT == "tp_row_bias":
+        return tts_reference.lm_config(attention_bias=True)
     return tts_reference.lm_config()
 
 
@@ -119,7 +141,21 @@ def reference():
     model = tts_reference.build_reference(lm_config(), codec_config())
     if VARIANT == "fp16_overflow":
         _plant_massive_activation(model)
+    if VARIANT == "tp_row_bias":
+        _randomize_lm_biases(model)
     return model
+
+
+def _randomize_lm_biases(model) -> None:
+    """Give every LM bias seeded values ``0.1 * randn`` (transformers initialises them to zero,
+    and zero biases would hide a bias added once per rank); the global RNG is untouched."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(CANDIDATE_SEED + 1)
+        for name, p in model.lm.named_parameters():
+            if name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn_like(p))
 
 
 def candidate():
@@ -138,6 +174,27 @@ def candidate():
 #: The ``fp16_overflow`` variant's massive activation: intermediate neuron, hidden channel,
 #: gain on that neuron's gate/up rows, and the channel's peak |value| on the example input.
 OVERFLOW_NEURON, OVERFLOW_CHANNEL, OVERFLOW_GAIN, OVERFLOW_PEAK = 7, 5, 400.0, 2e5
+
+
+def candidate_tp(rank: int, world_size: int):
+    """The sharded port for tensor-parallel rank ``rank`` of ``world_size`` (the spec's ``candidate_tp``).
+
+    Called by ``porting-kit check --tp N`` on each rank after the process group exists.
+
+    Parameters
+    ----------
+    rank, world_size : int
+        This rank and the tensor-parallel size (must divide 4 heads, 2 kv heads, vocab 1028).
+
+    Returns
+    -------
+    TinyTTSPortTP
+        The talker with vLLM-style parallel layers (:mod:`porting_kit.embedded.tts_tp`), in
+        eval mode; its ``load_weights`` takes the full reference weights and keeps its slice.
+    """
+    from porting_kit.embedded.tts_tp import TinyTTSPortTP, TPOptions
+
+    return TinyTTSPortTP(lm_config(), TPOptions(**TP_OPTIONS.get(VARIANT or "", {}))).eval()
 
 
 def _plant_massive_activation(model) -> None:

@@ -122,7 +122,7 @@ def port_constants(lm_config: Any, options: PortOptions | None = None) -> dict[s
         (``"rotate_half"`` / ``"interleaved"``), ``rope_dtype``, ``qk_norm``,
         ``norm_type``, ``hidden_size``, ``num_attention_heads``,
         ``num_key_value_heads``, ``intermediate_size``, ``num_hidden_layers``,
-        ``vocab_size``, ``max_position_embeddings``.
+        ``vocab_size``, ``max_position_embeddings``, ``attention_bias``.
     """
     opt = options or PortOptions()
     rope_params = dict(getattr(lm_config, "rope_parameters", None) or {})
@@ -160,6 +160,7 @@ def port_constants(lm_config: Any, options: PortOptions | None = None) -> dict[s
         "num_hidden_layers": int(lm_config.num_hidden_layers),
         "vocab_size": int(lm_config.vocab_size),
         "max_position_embeddings": int(lm_config.max_position_embeddings),
+        "attention_bias": bool(getattr(lm_config, "attention_bias", False)),
     }
 
 
@@ -432,13 +433,15 @@ class QKVParallelLinear(nn.Linear):
         Query heads and key/value heads (GQA).
     swap_qk_shards : bool, default False
         Fault knob: the loader lays out k before q (:meth:`shard_offsets`).
+    bias : bool, default False
+        q/k/v biases (``config.attention_bias``); the loader writes them by shard like the weight.
     """
 
     def __init__(self, hidden_size: int, head_size: int, total_num_heads: int,
-                 total_num_kv_heads: int, *, swap_qk_shards: bool = False):
+                 total_num_kv_heads: int, *, swap_qk_shards: bool = False, bias: bool = False):
         self.q_size = total_num_heads * head_size
         self.kv_size = total_num_kv_heads * head_size
-        super().__init__(hidden_size, self.q_size + 2 * self.kv_size, bias=False)
+        super().__init__(hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
         self.swap_qk_shards = swap_qk_shards
 
     def shard_offsets(self) -> dict[str, tuple[int, int]]:
@@ -543,8 +546,9 @@ class Attention(nn.Module):
         self.kv_size = self.num_kv_heads * self.head_dim
         self.scaling = self.head_dim ** -0.5
         self.qkv_proj = QKVParallelLinear(c["hidden_size"], self.head_dim, self.num_heads,
-                                          self.num_kv_heads, swap_qk_shards=options.swap_qk_shards)
-        self.o_proj = nn.Linear(self.q_size, c["hidden_size"], bias=False)
+                                          self.num_kv_heads, swap_qk_shards=options.swap_qk_shards,
+                                          bias=c["attention_bias"])
+        self.o_proj = nn.Linear(self.q_size, c["hidden_size"], bias=c["attention_bias"])
         if options.qk_norm:
             self.q_norm = make_norm(self.head_dim, c["rms_norm_eps"], options)
             self.k_norm = make_norm(self.head_dim, c["rms_norm_eps"], options)

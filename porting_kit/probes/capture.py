@@ -413,3 +413,30 @@ def capture_full(model, names: set[str]) -> Iterator[dict[str, tuple[Any, Any]]]
     finally:
         for h in handles:
             h.remove()
+
+
+def summarize_calls(calls: list[tuple[str, str, str, int, Any]], device="cpu") -> list[Record]:
+    """Records, with sketches, of module outputs captured elsewhere (e.g. gathered from
+    tensor-parallel ranks by :mod:`porting_kit.probes.tp`).
+
+    Parameters
+    ----------
+    calls : list of (key, name, type, depth, tensor or None)
+        In completion order (children before parents), as :func:`capture_summaries`
+        would record them; ``tensor`` is the full output [shape=(..., d)].
+    device : str or torch.device, default "cpu"
+        Where the sketch products run.
+
+    Returns
+    -------
+    list of Record
+        ``Record.end`` is the index in ``calls``; sketched with the same seeded matrices
+        as :func:`capture_summaries`, so they compare with a capture of the other side.
+    """
+    sketcher = _Sketcher(device)
+    records: list[Record] = []
+    for key, name, type_name, depth, t in calls:
+        out = sketcher.summarize(t.to(device), key) if _floating(t) else None
+        records.append(Record(key=key, name=name, type=type_name, end=len(records), depth=depth, out=out))
+    _finalize(records, sketcher)
+    return records
