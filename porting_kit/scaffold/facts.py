@@ -145,6 +145,71 @@ def _is_int_list(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and all(_is_pos_int(x) for x in v)
 
 
+#: LM shape keys: positive ints wherever they appear (they size the model and the deploy).
+INT_KEYS = frozenset(("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
+                      "max_position_embeddings"))
+#: Audio keys: numbers (int lists for the ratios); a string or a bool there is a broken config.
+NUMBER_KEYS = frozenset((*SAMPLE_RATE_KEYS, *HOP_KEYS, *CODEBOOK_KEYS, *RATIO_KEYS, *ROPE_THETA_KEYS))
+#: Token-id keys: ints >= 0 or lists of them.
+TOKEN_KEYS = frozenset(EOS_KEYS)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _bad_value(key: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the value of ``key`` (None: acceptable, or not a checked key)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not finite"
+    if value is None:
+        return None
+    values = value if isinstance(value, list) else [value]
+    if key in INT_KEYS and not _is_pos_int(value):
+        return f"{value!r} is not a positive integer"
+    if key in NUMBER_KEYS and not all(_is_number(v) for v in values):
+        return f"{value!r} is not a number"
+    if key in TOKEN_KEYS and not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        return f"{value!r} is not a token id (an int >= 0, or a list of them)"
+    if key in ROPE_THETA_KEYS and not value > 0:
+        return f"{value!r} is not a positive number"
+    return None
+
+
+def check_values(doc: dict, path: Path) -> None:
+    """Raise InputError naming the first key whose value is of the wrong type or not finite.
+
+    Checked: the keys a scaffold reads wherever they appear (:data:`INT_KEYS` positive ints,
+    :data:`NUMBER_KEYS` numbers, :data:`TOKEN_KEYS` token ids), and a non-finite number under any key
+    (``NaN`` / ``Infinity`` are not JSON, though Python's parser accepts them).
+
+    Parameters
+    ----------
+    doc : dict
+        The parsed config.json.
+    path : Path
+        The file (named in the error).
+
+    Raises
+    ------
+    InputError
+        ``<file>: <dotted key> = <value> is not ...``.
+    """
+    def walk(value: Any, dotted: str, key: str) -> None:
+        why = _bad_value(key, value)
+        if why:
+            raise InputError(f"{path}: {dotted} = {why} (fix config.json; the scaffold writes it into code)")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{dotted}.{k}" if dotted else str(k), str(k))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                if isinstance(v, (dict, list)) or (isinstance(v, float) and not math.isfinite(v)):
+                    walk(v, f"{dotted}[{i}]", "")
+
+    walk(doc, "", "")
+
+
 def read_model_facts(path: str | Path) -> ModelFacts:
     """Read sample rate, hop length, codebooks, vocab, stop tokens and RoPE settings.
 
@@ -161,7 +226,8 @@ def read_model_facts(path: str | Path) -> ModelFacts:
     Raises
     ------
     InputError
-        The file is missing, unreadable, not JSON, or not a JSON object.
+        The file is missing, unreadable, not JSON, or not a JSON object; or a value
+        the scaffold reads has the wrong type or is not finite (:func:`check_values`).
     """
     p = Path(path)
     if not p.is_file():
@@ -172,6 +238,7 @@ def read_model_facts(path: str | Path) -> ModelFacts:
         raise InputError(f"cannot read {p} as JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{p} must hold a JSON object (an HF config.json), got {type(doc).__name__}")
+    check_values(doc, p)
 
     facts = ModelFacts(config_path=str(p))
     facts.hf_model_type = doc.get("model_type") if isinstance(doc.get("model_type"), str) else None

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from porting_kit.errors import InputError
-from porting_kit.scaffold.facts import ModelFacts, read_model_facts
+from porting_kit.scaffold.facts import Fact, ModelFacts, read_model_facts
 
 FRAMEWORKS = ("vllm-omni", "sglang-omni")
 SHAPES = ("two-stage", "single-stage-ar", "native-ar")
@@ -161,7 +161,97 @@ def check_model_type(name: str) -> str:
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
         raise InputError(f"model type {name!r} is not a Python identifier (use e.g. my_tts: letters, "
                          "digits, underscores, not starting with a digit)")
+    if name.startswith("__"):
+        raise InputError(f"model type {name!r} is a dunder / private name (it would shadow module attributes "
+                         "such as __init__); use e.g. my_tts")
     return name
+
+
+#: A Hub id or local path safe to show in generated files: no quotes, backslashes, whitespace.
+_HF_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:@+~")
+
+
+def check_hf_id(value: str, what: str = "--hf-id") -> str:
+    """Return ``value`` if it is a plain Hub id / path, else raise InputError.
+
+    Parameters
+    ----------
+    value : str
+        A Hugging Face Hub id (``org/name``) or a POSIX path.
+    what : str
+        The flag or config key it came from (named in the error).
+
+    Returns
+    -------
+    str
+        ``value`` unchanged.
+
+    Raises
+    ------
+    InputError
+        Empty, or holding a character outside letters, digits and ``._-/:@+~``.
+    """
+    if not value or not set(value) <= _HF_ID_CHARS:
+        raise InputError(f"{what} {value!r} is not a Hub id or plain path (letters, digits and ._-/:@+~ only)")
+    return value
+
+
+def py_literal(value) -> str:
+    """The Jinja filter ``py``: a config value as a Python literal.
+
+    Strings are written double-quoted with JSON escapes (every JSON string is a
+    Python string literal with the same value: quotes, backslashes, newlines and
+    control characters are escaped); numbers and ``True`` / ``False`` / ``None``
+    by ``repr``; lists, tuples and dicts element by element.
+
+    Parameters
+    ----------
+    value : str, int, float, bool, None, or a list / tuple / dict of these
+        A value read from a config (or derived from one).
+
+    Returns
+    -------
+    str
+        Source text that ``ast.literal_eval`` turns back into ``value``.
+
+    Raises
+    ------
+    InputError
+        A non-finite float or a value of another type (it could not be written safely).
+    """
+    if isinstance(value, str):
+        return json.dumps(value)
+    if value is None or isinstance(value, (bool, int)):
+        return repr(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(f"cannot write the non-finite value {value!r} into generated Python")
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(py_literal(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + "".join(py_literal(v) + ", " for v in value).rstrip(" ") + ")" if value else "()"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items()) + "}"
+    raise InputError(f"cannot write a {type(value).__name__} into generated Python")
+
+
+def yaml_scalar(value) -> str:
+    """The Jinja filter ``yaml``: a scalar as a YAML flow value (JSON, a subset of YAML)."""
+    py_literal(value)
+    return json.dumps(value)
+
+
+def one_line(value) -> str:
+    """The Jinja filter ``oneline``: text safe inside a comment or a docstring.
+
+    Whitespace runs (newlines included) become one space, other unprintable characters
+    ``?``, backslashes are doubled and triple quotes escaped, so the text cannot end a
+    comment, a docstring or a line.
+    """
+    text = " ".join(str(value).split())
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"').replace("'''", "\\'\\'\\'")
 
 
 def templates_root() -> Path:
@@ -174,9 +264,11 @@ def templates_root() -> Path:
 def _env():
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_root())),
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              autoescape=False)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_root())),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False)
+    env.filters.update(py=py_literal, yaml=yaml_scalar, oneline=one_line)
+    return env
 
 
 def size_gpu_memory(param_count: int | None, card_gib: float = SIZING_CARD_GIB) -> tuple[float, str]:
@@ -214,8 +306,36 @@ def _fact_lines(facts: ModelFacts) -> list[str]:
     for name in ("sample_rate", "hop_length", "num_codebooks", "vocab_size", "stop_token_ids",
                  "rope_theta", "rope_scaling", "max_position_embeddings"):
         f = getattr(facts, name)
-        out.append(f"{name} = {f.value!r} ({f.source})" if f else f"{name}: not in config.json")
+        out.append(one_line(f"{name} = {f.value!r} ({f.source})") if f else f"{name}: not in config.json")
     return out
+
+
+def _template_facts(facts: ModelFacts) -> ModelFacts:
+    """A copy of ``facts`` whose text (config path, sources, names) is safe in comments and docstrings."""
+    import copy
+
+    safe = copy.deepcopy(facts)
+    safe.config_path = one_line(facts.config_path)
+    safe.name_or_path = one_line(facts.name_or_path) if facts.name_or_path else None
+    safe.notes = [one_line(n) for n in facts.notes]
+    for name, value in vars(safe).items():
+        if isinstance(value, Fact):
+            value.source = one_line(value.source)
+    return safe
+
+
+def _hf_id(opts: ScaffoldOptions, facts: ModelFacts, notes: list[str]) -> str:
+    """``--hf-id`` (checked), else the config's ``_name_or_path`` when it is a plain id, else a placeholder."""
+    if opts.hf_id is not None:
+        return check_hf_id(opts.hf_id)
+    name = facts.name_or_path
+    if name:
+        try:
+            return check_hf_id(name, "_name_or_path")
+        except InputError:
+            notes.append(f"config.json _name_or_path {name!r} is not a plain Hub id: your-org/{opts.model_type} "
+                         "was written instead (pass --hf-id)")
+    return f"your-org/{opts.model_type}"
 
 
 @dataclass
@@ -231,8 +351,8 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
     m = opts.model_type
     camel = camel_case(m)
     arch = opts.arch or facts.architecture or f"{camel}ForConditionalGeneration"
-    if not arch.isidentifier():
-        raise InputError(f"architecture name {arch!r} is not a Python identifier (pass --arch)")
+    if not arch.isidentifier() or keyword.iskeyword(arch) or arch.startswith("__") or not arch.isascii():
+        raise InputError(f"architecture name {arch!r} is not a usable class name (pass --arch)")
     vocab = int(facts.value("vocab_size", 32000))
     stop_ids = facts.value("stop_token_ids") or [2]
     if max(stop_ids) >= vocab:
@@ -248,9 +368,10 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         raise InputError(f"--max-num-seqs {max_num_seqs} is below 4: give the reason with --serial-reason "
                          "(upstream process-wide state), or use 4 or more")
     util, util_why = size_gpu_memory(facts.param_count)
-    hf_id = opts.hf_id or facts.name_or_path or f"your-org/{m}"
+    notes: list[str] = []
+    hf_id = _hf_id(opts, facts, notes)
     if opts.serial_reason:
-        seqs_why = f"max_num_seqs 1: {opts.serial_reason.strip()} Generation must stay serial."
+        seqs_why = f"max_num_seqs 1: {one_line(opts.serial_reason)} Generation must stay serial."
     else:
         seqs_why = ("max_num_seqs: at least 4 concurrent requests; fewer leaves audio gaps "
                     "when the batch window rotates under load.")
@@ -274,22 +395,22 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         ("enforce_eager", "true", "enforce_eager: the codec skeleton has no CUDA graph path yet."),
         ("devices", '"0"', "devices: colocated with stage 0 on one GPU."),
     ]
-    stop_src = facts.stop_token_ids.source if facts.stop_token_ids else "not in config.json: set it"
+    stop_src = one_line(facts.stop_token_ids.source) if facts.stop_token_ids else "not in config.json: set it"
     values = dict(  # noqa: C408 - keyword form reads as the template variables
         kit_version=__version__, shape=opts.shape, model_type=m, camel=camel, arch=arch,
-        const_name=f"{m.upper()}_PIPELINE", facts=facts, fact_lines=_fact_lines(facts),
+        const_name=f"{m.upper()}_PIPELINE", facts=_template_facts(facts), fact_lines=_fact_lines(facts),
         sample_rate=int(facts.value("sample_rate", 24000)), hop_length=int(facts.value("hop_length", 480)),
         num_codebooks=int(facts.value("num_codebooks", 8)), vocab_size=vocab, eos_id=eos,
         continue_id=0 if eos != 0 else 1, stop_token_ids=list(stop_ids), stop_source=stop_src,
         rope_theta=float(facts.value("rope_theta", 10000.0)), max_model_len=max_model_len,
-        serial_reason=(opts.serial_reason or "").strip(), hf_id=hf_id, max_num_seqs=max_num_seqs,
+        serial_reason=one_line(opts.serial_reason or ""), hf_id=hf_id, max_num_seqs=max_num_seqs,
         stage0=m, stage1=f"{m}_code2wav", codec_arch=f"{camel}Code2Wav", codec_class=f"{camel}Code2Wav",
         model_class=(f"{camel}ForGeneration" if opts.shape == "single-stage-ar"
                      else f"{camel}TalkerForConditionalGeneration"),
         adapter_class=f"{camel}TTSAdapter", stage0_knobs=stage0, stage1_knobs=stage1,
         stage_ids=[0, 1] if opts.shape == "two-stage" else [0],
         sglang_version=SGLANG_OMNI_VERSION, sglang_package=f"sglang_omni.models.{m}",
-        engine_fraction=min(0.8, util + 0.1), param_note=util_why,
+        engine_fraction=min(0.8, util + 0.1), param_note=util_why, notes=notes,
     )
     return _Context(values)
 
@@ -533,6 +654,7 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         atomic_write_text(_safe_target(root, rel), new)
         result.registrations.append(rel)
     result.manifest = manifest_rel
+    result.notes += ctx["notes"]
     if facts.rope_scaling is not None:
         result.notes.append(f"config.json sets RoPE scaling ({facts.rope_scaling.source} = "
                             f"{dict(facts.rope_scaling.value)}): the port must apply it (porting-kit check: rope)")
