@@ -382,6 +382,10 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
              serial_reason: str | None = typer.Option(None, "--serial-reason", metavar="TEXT",
                                                       help="Why upstream process-wide state forces "
                                                            "max_num_seqs: 1 (written into the deploy YAML)."),
+             trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
+                                                    help="Write trust_remote_code: true into the deploy YAML "
+                                                         "(only ever set by this flag; offered when config.json "
+                                                         "has auto_map)."),
              force: bool = typer.Option(False, "--force", help="Replace differing files, keeping .bak copies.")):
     """Generate the serving framework's files for a port (vLLM-Omni 0.30.0 or SGLang-Omni 0.1.9).
 
@@ -398,7 +402,8 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
                                   "model_type": model_type, "config": config, "out": out, "into": into}
         _ask_missing(values, interactive=sys.stdin.isatty())
         result = write_scaffold(ScaffoldOptions(**values, arch=arch, force=force, hf_id=hf_id,
-                                                max_num_seqs=max_num_seqs, serial_reason=serial_reason))
+                                                max_num_seqs=max_num_seqs, serial_reason=serial_reason,
+                                                trust_remote_code=trust_remote_code))
         console.print(f"scaffold [bold]{result.framework}[/] / {result.shape} / {escape(result.model_type)} "
                       f"-> {escape(result.root)}")
         for p in result.written:

@@ -83,6 +83,10 @@ class ScaffoldOptions:
     serial_reason : str or None
         Why upstream forces ``max_num_seqs: 1`` (process-wide state other than RNG);
         written into the deploy YAML and the model.
+    trust_remote_code : bool
+        Write ``trust_remote_code: true`` into the deploy YAML. Only ever set by the
+        user (``--trust-remote-code``); a config with ``auto_map`` gets a note
+        offering it, never the setting.
     """
 
     framework: str
@@ -96,6 +100,7 @@ class ScaffoldOptions:
     hf_id: str | None = None
     max_num_seqs: int | None = None
     serial_reason: str | None = None
+    trust_remote_code: bool = False
 
 
 @dataclass
@@ -301,6 +306,78 @@ def size_gpu_memory(param_count: int | None, card_gib: float = SIZING_CARD_GIB) 
                   f"{max(weights, 1.0):.2f} GiB KV/activations on a {card_gib:g} GiB card")
 
 
+#: Most concurrent requests the reasoned default asks for (more is a measured choice).
+MAX_NUM_SEQS_CAP = 16
+
+
+def reason_max_num_seqs(facts: ModelFacts, util: float, max_model_len: int,
+                        card_gib: float = SIZING_CARD_GIB) -> tuple[int, str]:
+    """``max_num_seqs`` of the AR stage from the KV cache one request needs, with the reasoning.
+
+    KV bytes per token = ``2 (K, V) * layers * kv_heads * head_dim * 2 (bf16)``; one
+    request at ``max_model_len`` tokens needs that times ``max_model_len``. The
+    requests that fit in ``util * card_gib`` minus the bf16 weights, clamped to
+    ``[4, MAX_NUM_SEQS_CAP]`` (below 4 the stage serialises and leaves audio gaps;
+    vLLM preempts when a batch of long requests does not fit).
+
+    Parameters
+    ----------
+    facts : ModelFacts
+        Needs hidden_size, num_hidden_layers, num_attention_heads (num_key_value_heads
+        defaults to it) and param_count; otherwise the default 4 with "unknown".
+    util : float
+        ``gpu_memory_utilization`` of the stage.
+    max_model_len : int
+        Tokens per request (prompt + generated).
+    card_gib : float
+        GPU memory sized for, in GiB.
+
+    Returns
+    -------
+    max_num_seqs : int
+    reason : str
+        One line for the deploy YAML comment.
+    """
+    h, layers = facts.value("hidden_size"), facts.value("num_hidden_layers")
+    heads = facts.value("num_attention_heads")
+    if not (h and layers and heads and facts.param_count):
+        return 4, ("max_num_seqs 4: the config lacks hidden_size / num_hidden_layers / num_attention_heads, so "
+                   "the KV cache per request is unknown; 4 is the least that keeps audio gap-free under load.")
+    kv_heads = facts.value("num_key_value_heads", heads)
+    per_token = 2 * layers * kv_heads * (h // heads) * 2
+    per_request = per_token * max_model_len
+    budget = util * card_gib * 2**30 - 2 * facts.param_count
+    fit = int(budget // per_request) if budget > 0 else 0
+    n = max(4, min(fit, MAX_NUM_SEQS_CAP))
+    return n, (f"max_num_seqs {n}: one {max_model_len}-token request holds {per_request / 2**20:.0f} MiB of KV "
+               f"({layers} layers x {kv_heads} KV heads x {h // heads} x K,V x bf16); {fit} fit in the "
+               f"{max(budget, 0) / 2**30:.1f} GiB left after weights at gpu_memory_utilization {util} of a "
+               f"{card_gib:g} GiB card (kept within 4..{MAX_NUM_SEQS_CAP}).")
+
+
+def sampling_knobs(facts: ModelFacts) -> list[tuple[str, object, str]]:
+    """Stage-0 ``default_sampling_params`` entries that differ from vLLM's defaults, each with its source.
+
+    Parameters
+    ----------
+    facts : ModelFacts
+        ``facts.sampling`` from generation_config.json / config.json.
+
+    Returns
+    -------
+    list of (key, value, why)
+        Only non-default values; ``why`` names the file and key it came from.
+    """
+    from porting_kit.scaffold.facts import SAMPLING_KEYS
+
+    out = []
+    for name, (_spellings, default) in SAMPLING_KEYS.items():
+        fact = facts.sampling.get(name)
+        if fact is not None and fact.value != default and not (name == "top_k" and fact.value in (0, -1)):
+            out.append((name, fact.value, f"{name}: {fact.source} (vLLM's default is {default})."))
+    return out
+
+
 def _fact_lines(facts: ModelFacts) -> list[str]:
     out = []
     for name in ("sample_rate", "hop_length", "num_codebooks", "vocab_size", "stop_token_ids",
@@ -338,6 +415,15 @@ def _hf_id(opts: ScaffoldOptions, facts: ModelFacts, notes: list[str]) -> str:
     return f"your-org/{opts.model_type}"
 
 
+def _codec_limit(facts: ModelFacts) -> str | None:
+    """One comment line on the codec vocabulary (valid codes per codebook), or None when unknown."""
+    size = facts.codebook_size
+    if size is None:
+        return None
+    return one_line(f"codec vocabulary: codes 0..{size.value - 1} per codebook ({size.source}); compute_logits "
+                    "must mask every other id of the LM head, or a sampled id breaks the codec lookup.")
+
+
 @dataclass
 class _Context:
     """Template variables, computed once from options + facts."""
@@ -354,27 +440,29 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
     if not arch.isidentifier() or keyword.iskeyword(arch) or arch.startswith("__") or not arch.isascii():
         raise InputError(f"architecture name {arch!r} is not a usable class name (pass --arch)")
     vocab = int(facts.value("vocab_size", 32000))
-    stop_ids = facts.value("stop_token_ids") or [2]
+    stop_ids = facts.value("stop_token_ids") or facts.value("generation_eos") or [2]
     if max(stop_ids) >= vocab:
         vocab = max(stop_ids) + 2
     eos = stop_ids[0]
     max_model_len = int(min(facts.value("max_position_embeddings", 4096), 32768))
+    util, util_why = size_gpu_memory(facts.param_count)
     max_num_seqs = opts.max_num_seqs
+    reasoned, reasoned_why = reason_max_num_seqs(facts, util, max_model_len)
     if opts.serial_reason:
         max_num_seqs = 1
     elif max_num_seqs is None:
-        max_num_seqs = 4
+        max_num_seqs = reasoned
     elif max_num_seqs < 4:
         raise InputError(f"--max-num-seqs {max_num_seqs} is below 4: give the reason with --serial-reason "
                          "(upstream process-wide state), or use 4 or more")
-    util, util_why = size_gpu_memory(facts.param_count)
     notes: list[str] = []
     hf_id = _hf_id(opts, facts, notes)
     if opts.serial_reason:
         seqs_why = f"max_num_seqs 1: {one_line(opts.serial_reason)} Generation must stay serial."
+    elif opts.max_num_seqs is None:
+        seqs_why = reasoned_why
     else:
-        seqs_why = ("max_num_seqs: at least 4 concurrent requests; fewer leaves audio gaps "
-                    "when the batch window rotates under load.")
+        seqs_why = f"max_num_seqs {max_num_seqs}: set with --max-num-seqs (the KV estimate gave {reasoned})."
     mml_src = facts.max_position_embeddings.source if facts.max_position_embeddings else "default 4096"
     stage0: list[tuple[str, object, str]] = [("max_num_seqs", max_num_seqs, seqs_why),
               ("gpu_memory_utilization", util, f"gpu_memory_utilization: {util_why}.")]
@@ -388,6 +476,7 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         ("max_model_len", max_model_len, f"max_model_len: from {mml_src}."),
         ("devices", '"0"', "devices: one GPU."),
     ]
+    codebooks = int(facts.value("num_codebooks", 8))
     stage1 = [
         ("max_num_seqs", max(max_num_seqs, 4), ("max_num_seqs: the codec decodes the chunks of every "
          "live stage-0 request; keep it at least stage 0's.")),
@@ -395,7 +484,14 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         ("enforce_eager", "true", "enforce_eager: the codec skeleton has no CUDA graph path yet."),
         ("devices", '"0"', "devices: colocated with stage 0 on one GPU."),
     ]
-    stop_src = one_line(facts.stop_token_ids.source) if facts.stop_token_ids else "not in config.json: set it"
+    codec_tokens = codebooks * max_model_len
+    if codec_tokens > 32768:
+        budget = 1 << (codec_tokens - 1).bit_length()
+        stage1.append(("max_num_batched_tokens", budget, (
+            f"max_num_batched_tokens: a full-payload codec prompt is {codebooks} codebooks x up to "
+            f"{max_model_len} frames = {codec_tokens} tokens, above the 32768 default.")))
+    stop_src = one_line(facts.stop_token_ids.source) if facts.stop_token_ids else \
+        facts.generation_eos.source if facts.generation_eos else "not in config.json: set it"
     values = dict(  # noqa: C408 - keyword form reads as the template variables
         kit_version=__version__, shape=opts.shape, model_type=m, camel=camel, arch=arch,
         const_name=f"{m.upper()}_PIPELINE", facts=_template_facts(facts), fact_lines=_fact_lines(facts),
@@ -411,6 +507,8 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         stage_ids=[0, 1] if opts.shape == "two-stage" else [0],
         sglang_version=SGLANG_OMNI_VERSION, sglang_package=f"sglang_omni.models.{m}",
         engine_fraction=min(0.8, util + 0.1), param_note=util_why, notes=notes,
+        sampling_knobs=sampling_knobs(facts), codec_limit=_codec_limit(facts),
+        trust_remote_code=bool(opts.trust_remote_code), accumulate_nonstreaming=opts.shape == "single-stage-ar",
     )
     return _Context(values)
 
@@ -621,9 +719,14 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         "const_name": ctx["const_name"], "hf_id": ctx["hf_id"],
         "files": {f.kind + ":" + f.path: f.path for f in files},
         "registration_files": list(REGISTRATION_FILES) if (into and opts.framework == "vllm-omni") else [],
-        "facts": {name: (getattr(facts, name).value if getattr(facts, name) else None)
-                  for name in ("sample_rate", "hop_length", "num_codebooks", "vocab_size",
-                               "stop_token_ids", "rope_theta")},
+        "facts": {**{name: (getattr(facts, name).value if getattr(facts, name) else None)
+                     for name in ("sample_rate", "hop_length", "num_codebooks", "vocab_size",
+                                  "stop_token_ids", "rope_theta", "codebook_size")},
+                  "generation_eos_token_ids": facts.value("generation_eos")},
+        "fact_sources": {name: f"{Path(facts.config_path).name} {getattr(facts, name).source}"
+                         for name in ("stop_token_ids", "num_codebooks", "codebook_size") if getattr(facts, name)}
+        | ({"generation_eos_token_ids": facts.generation_eos.source} if facts.generation_eos else {}),
+        "trust_remote_code": bool(opts.trust_remote_code),
     }
     files.append(PlannedFile(manifest_rel, json.dumps(manifest, indent=2) + "\n", "manifest"))
 
@@ -655,6 +758,10 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         result.registrations.append(rel)
     result.manifest = manifest_rel
     result.notes += ctx["notes"]
+    if facts.auto_map and not opts.trust_remote_code and opts.framework == "vllm-omni":
+        result.notes.append("config.json has auto_map: the model's code ships with the checkpoint and loading it "
+                            "needs trust_remote_code; rerun with --trust-remote-code to write trust_remote_code: "
+                            "true into the deploy YAML (never set without asking)")
     if facts.rope_scaling is not None:
         result.notes.append(f"config.json sets RoPE scaling ({facts.rope_scaling.source} = "
                             f"{dict(facts.rope_scaling.value)}): the port must apply it (porting-kit check: rope)")

@@ -692,25 +692,26 @@ def check_stop_ids(root: Path, manifest: dict[str, Any], pipeline_rel: str, mode
     sources = manifest.get("fact_sources") or {}
     for name, label in (("stop_token_ids", "config.json"), ("generation_eos_token_ids", "generation_config.json")):
         cfg = facts.get(name)
+        if name == "generation_eos_token_ids" and facts.get("stop_token_ids"):
+            break  # config.json's (codec) EOS wins; generation_config's may be the text EOS
         if cfg and not set(cfg) & set(ids):
             src = xf.Site(sources.get(name, label))
             out.append(_c("consistency.stop_ids", "fail",
                           f"{site}: stage 0 stops on {ids} but {src}: the model's EOS is {cfg}; generation "
                           "would run to max_tokens", site, src, f"Stop on {cfg}.", pipeline=str(ids), config=str(cfg)))
     model_tree = _tree(root, model_rel)
-    if model_tree is not None:
-        for node in model_tree.body:
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "STOP_TOKEN_IDS" for t in node.targets):
-                try:
-                    model_ids = ast.literal_eval(node.value)
-                except ValueError:
-                    break
-                if isinstance(model_ids, (list, tuple)) and set(model_ids) != set(ids):
-                    msite = xf.Site(model_rel, node.lineno)
-                    out.append(_c("consistency.stop_ids", "fail",
-                                  f"{site}: the pipeline stops on {ids} but {msite}: the model ends on "
-                                  f"{list(model_ids)}", site, msite, "Use one list of stop ids.",
-                                  pipeline=str(ids), model=str(list(model_ids))))
+    assigns = [n for n in model_tree.body if isinstance(n, ast.Assign)
+               and any(getattr(t, "id", "") == "STOP_TOKEN_IDS" for t in n.targets)] if model_tree is not None else []
+    for node in assigns[-1:]:  # the value the module ends with
+        try:
+            model_ids = ast.literal_eval(node.value)
+        except ValueError:
+            model_ids = None
+        if isinstance(model_ids, (list, tuple)) and set(model_ids) != set(ids):
+            msite = xf.Site(model_rel, node.lineno)
+            out.append(_c("consistency.stop_ids", "fail",
+                          f"{site}: the pipeline stops on {ids} but {msite}: the model ends on {list(model_ids)}",
+                          site, msite, "Use one list of stop ids.", pipeline=str(ids), model=str(list(model_ids))))
     try:
         deploy = xf.resolve_deploy(root / deploy_rel)
     except ValueError:
