@@ -400,10 +400,30 @@ def pipeline_for_deploy(deploy: DeployFacts) -> PipelineFacts | None:
 
 
 # -- deploy YAML -------------------------------------------------------------------------------
-def _plain_yaml(path: Path) -> Any:
+@functools.lru_cache(maxsize=256)
+def _load_rt(path: str, mtime_ns: int, size: int) -> Any:
     from ruamel.yaml import YAML
 
-    return YAML(typ="rt").load(path.read_text(encoding="utf-8"))
+    return YAML(typ="rt").load(Path(path).read_text(encoding="utf-8"))
+
+
+def load_yaml_rt(path: Path) -> Any:
+    """A YAML file loaded with ruamel's round-trip loader (keys keep their lines), cached per
+    (path, mtime, size): the tiers read one deploy YAML several times. Treat it as read-only.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file is missing.
+    Exception
+        Whatever ruamel raises on bad YAML.
+    """
+    st = Path(path).stat()
+    return _load_rt(str(path), st.st_mtime_ns, st.st_size)
+
+
+def _plain_yaml(path: Path) -> Any:
+    return load_yaml_rt(path)
 
 
 def yaml_line(mapping: Any, key: Any) -> int | None:

@@ -88,10 +88,12 @@ def load_manifests(root: Path) -> list[dict[str, Any]]:
 
 def _yaml_with_lines(path: Path):
     """Round-trip load (keeps line numbers and comments) or raise ValueError."""
-    from ruamel.yaml import YAML
+    from porting_kit.scaffold.crossfile import load_yaml_rt
 
     try:
-        return YAML(typ="rt").load(path.read_text(encoding="utf-8"))
+        return load_yaml_rt(path)
+    except FileNotFoundError:
+        raise
     except Exception as exc:  # noqa: BLE001 - ruamel raises many types
         raise ValueError(str(exc).splitlines()[0]) from None
 
@@ -429,35 +431,62 @@ def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool =
 
 
 # -- SGLang-Omni -----------------------------------------------------------------------------
+def _is_stage_call(node: ast.AST) -> bool:
+    name = None
+    if isinstance(node, ast.Call):
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    return bool(name) and name.endswith("StageConfig")
+
+
+def _stage_groups(tree: ast.Module) -> list[tuple[list[dict[str, Any]], bool]]:
+    """Each literal list / tuple of ``*StageConfig(...)`` calls (one pipeline's stages) as
+    ``(stages, complete)``; ``complete`` is False when the list also holds other
+    expressions (a helper call, a starred list), so the names seen are not all the names."""
+    groups = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)) and any(_is_stage_call(e) for e in node.elts):
+            stages = [{kw.arg: _kw_const(e, kw.arg) for kw in e.keywords if kw.arg}
+                      | ({"**": True} if any(kw.arg is None for kw in e.keywords) else {})
+                      for e in node.elts if _is_stage_call(e)]
+            groups.append((stages, all(_is_stage_call(e) for e in node.elts)))
+    return groups
+
+
 def _sglang_graph_checks(tree: ast.Module, rel: str) -> list[Finding]:
-    """Stored-tier version of SGLang-Omni's validate_general (from config.py's AST)."""
-    stages = []
-    for fn in ("StageConfig", "EngineStageConfig"):
-        for call in _calls(tree, fn):
-            stages.append({kw.arg: _kw_const(call, kw.arg) for kw in call.keywords if kw.arg})
-    names = [s.get("name") for s in stages]
+    """Stored-tier version of SGLang-Omni's validate_general (from config.py's AST).
+
+    Judged per literal stage list (a file may define several pipelines); a value
+    that is not a literal (a name, an f-string, ``**kwargs``) is not judged, and
+    references are checked only when the list holds nothing but stage configs.
+    """
     out = []
 
     def bad(msg):
         out.append(_f("scaffold.sglang_invalid", "fail", f"{rel}: {msg}", rel))
 
-    if len(set(names)) != len(names):
-        bad("stage names must be unique")
-    for s in stages:
-        n = s.get("name")
-        if (s.get("next") is not None) == bool(s.get("terminal")):
-            bad(f"stage {n!r} must set exactly one of next / terminal")
-        if s.get("wait_for") and not s.get("merge_fn"):
-            bad(f"stage {n!r} has wait_for but no merge_fn")
-        refs = []
-        for key in ("next", "wait_for", "stream_to"):
-            value = s.get(key)
-            refs += [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
-        for t in refs:
-            if t not in names:
-                bad(f"stage {n!r} references unknown stage {t!r}")
-        if not s.get("process") and int(s.get("tp_size") or 1) == 1:
-            bad(f"stage {n!r} (not TP) must declare process")
+    for stages, complete in _stage_groups(tree):
+        names = [s.get("name") for s in stages]
+        literal = all(isinstance(n, str) for n in names)
+        if literal and len(set(names)) != len(names):
+            bad("stage names must be unique")
+        for s in stages:
+            n = s.get("name")
+            if s.get("**") or ... in (s.get("next"), s.get("terminal")):
+                continue
+            if (s.get("next") is not None) == bool(s.get("terminal")):
+                bad(f"stage {n!r} must set exactly one of next / terminal")
+            if s.get("wait_for") and s.get("merge_fn") is None:
+                bad(f"stage {n!r} has wait_for but no merge_fn")
+            refs = []
+            for key in ("next", "wait_for", "stream_to"):
+                value = s.get(key)
+                refs += [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
+            for ref in refs if (literal and complete) else []:
+                if ref not in names:
+                    bad(f"stage {n!r} references unknown stage {ref!r}")
+            if s.get("process") is None and s.get("tp_size") in (None, 1):
+                bad(f"stage {n!r} (not TP) must declare process")
     return out
 
 
@@ -866,6 +895,20 @@ def _deploy_pair(path: Path):
     return deploy, xf.pipeline_for_deploy(deploy)
 
 
+def _side_config(path: Path) -> str | None:
+    """Why ``path`` is not a deploy file (a side config kept in deploy/, as lint decides), or None."""
+    from porting_kit.adapters.vllm_omni import schema as vo
+    from porting_kit.adapters.vllm_omni.deploy_keys import is_deploy_doc
+
+    try:
+        doc = _yaml_with_lines(path)
+    except (FileNotFoundError, ValueError):
+        return None  # the static tier reports it
+    if isinstance(doc, dict) and not is_deploy_doc(doc, vo.load_schema().top_level):
+        return f"{path.name} has no stages: list and no deploy key: a side config, not a deploy YAML"
+    return None
+
+
 def deploy_file_static(path: Path) -> list[Finding]:
     """The static tier of one deploy YAML: lint's key facts (one verdict), and, when a pipeline.py
     of the same vLLM-Omni tree names it, stage ids the pipeline lacks (``base_config`` followed).
@@ -1040,8 +1083,11 @@ def _scaffold_tiers(root: Path, manifest: dict[str, Any], tiers: tuple[str, ...]
 
 def _yaml_tiers(path: Path, tiers: tuple[str, ...], *, spec: str | None) -> list[Finding]:
     out: list[Finding] = []
+    side = _side_config(path)
     for tier in tiers:
-        if tier == "static":
+        if tier in ("static", "consistency") and side:
+            out.append(_tier_skip(tier, side))
+        elif tier == "static":
             out += deploy_file_static(path)
         elif tier == "consistency":
             out += deploy_file_consistency(path)
