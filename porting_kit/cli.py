@@ -452,7 +452,7 @@ def validate(path: Path | None = typer.Argument(None, metavar="PATH", show_defau
 
         if path is None:
             raise InputError("validate needs PATH: the folder given to porting-kit scaffold --out/--into, or a "
-                             "deploy YAML (e.g. porting-kit validate --static scaffold/)")
+                             "deploy YAML (one tier: porting-kit validate --static DIR)")
         chosen = list(parse_tiers(tier) or ())
         chosen += [name for name, on in (("static", static), ("run", run)) if on and name not in chosen]
         check_output_path(json_path, inputs=[path])

@@ -1,7 +1,45 @@
-"""Static validation of a scaffold (``porting-kit validate --static DIR``).
+"""Validation of a scaffold or a deploy YAML, tier by tier (``porting-kit validate PATH [--tier ...]``).
 
-Two layers, both reported as ``scaffold.*`` findings in one :class:`Report`
-(command ``validate``):
+Every tier code is built here; each tier is a finding family with its ``.ok``
+on pass and one ``.skipped`` finding (with the reason) when it cannot run:
+
+===============  =====================  ==================================================
+tier             family                 what it checks
+===============  =====================  ==================================================
+``static``       ``scaffold.*``         each file against the framework's schema (below)
+``consistency``  ``consistency.*``      the files agree with each other and the config
+``run``          ``run.*``              the pipeline driven end to end (:func:`run_tier`)
+``gpu``          ``gpu.*``              serving dtype, load, speed on CUDA (:func:`gpu_tier`)
+===============  =====================  ==================================================
+
+:func:`validate` is the one library call (CLI, JSON, notebooks). PATH may be a
+single deploy YAML: static + consistency, paired with the ``pipeline.py`` of the
+same vLLM-Omni tree that names it (``pipeline:`` key or
+``default_deploy_config_name``), with its ``base_config`` chain followed; a side
+config kept in ``deploy/`` (no ``stages:``, no deploy key) is skipped as lint skips it.
+
+Consistency codes (facts read by :mod:`porting_kit.scaffold.crossfile`; each
+finding names both files and lines):
+
+==================================  =====================================================
+code                                meaning
+==================================  =====================================================
+``consistency.handoff_shape``       codes per frame: stage 0 emits != the stage-input
+                                    processor accepts != stage 1 un-flattens
+``consistency.stop_ids``            pipeline stop ids miss the config.json (or
+                                    generation_config.json) EOS, or disagree with the
+                                    model file's ``STOP_TOKEN_IDS`` / the deploy's
+``consistency.field_dropped``       a request field the adapter reads (ref_text, ref_audio,
+                                    voice/speaker, language) is not forwarded, or no
+                                    file of the entry stage reads its key
+``consistency.key_mismatch``        a payload key (``meta.left_context_size``), connector
+                                    name, stage edge (``to_stage_N``), connector ``extra``
+                                    chunk key or SGLang factory name written under one
+                                    name and read under another
+``consistency.ok``                  none of these
+==================================  =====================================================
+
+The static tier has two layers, both reported as ``scaffold.*`` findings:
 
 1. **Strict checks of porting-kit's own**, with the allowed keys taken from the
    framework's real dataclasses / pydantic models (or their stored field lists
