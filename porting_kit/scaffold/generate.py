@@ -49,6 +49,14 @@ MANIFEST_DIR = ".porting-kit"
 #: Shared files of a vLLM-Omni tree that ``--into`` adds registration lines to.
 REGISTRATION_FILES = ("vllm_omni/config/pipeline_registry.py", "vllm_omni/model_executor/models/registry.py",
                       "vllm_omni/entrypoints/openai/tts_adapters/__init__.py", "benchmarks/tts/model_configs.yaml")
+#: Request fields (besides text, language, seed, max_new_tokens) the stage skeleton of each
+#: shape reads from ``additional_information``: the adapter forwards exactly these and refuses
+#: the others in ``validate()`` (a field forwarded and never read is ``consistency.field_dropped``).
+STAGE_FIELDS = {
+    "single-stage-ar": ("voice", "instructions", "ref_audio", "ref_text"),
+    "two-stage": (),
+    "native-ar": (),
+}
 #: Card the default ``gpu_memory_utilization`` is sized for (CI's smallest, L4).
 SIZING_CARD_GIB = 24.0
 
@@ -509,6 +517,7 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         engine_fraction=min(0.8, util + 0.1), param_note=util_why, notes=notes,
         sampling_knobs=sampling_knobs(facts), codec_limit=_codec_limit(facts),
         trust_remote_code=bool(opts.trust_remote_code), accumulate_nonstreaming=opts.shape == "single-stage-ar",
+        stage_fields=STAGE_FIELDS[opts.shape],
     )
     return _Context(values)
 
