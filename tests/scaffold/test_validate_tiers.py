@@ -160,3 +160,21 @@ def test_yaml_gets_no_run_tier(tmp_path, capsys):
     (f,) = report.findings
     assert f.code == "run.skipped" and "single deploy YAML" in f.message
     assert cli(["validate", str(deploy / "toy_tts.yaml")]) == 0
+
+
+def test_adapter_inheriting_build_from_a_concrete_adapter_is_not_flagged(single, tmp_path):
+    import shutil
+
+    from porting_kit.scaffold.validate import check_adapter
+
+    tree = tmp_path / "t"
+    shutil.copytree(single, tree)
+    rel = "vllm_omni/entrypoints/openai/tts_adapters/my_tts.py"
+    src = (tree / rel).read_text()
+    start, end = src.index("    async def build("), src.index("        return PreparedRequest(")
+    body_end = src.index("        )\n", end) + len("        )\n")
+    without_build = src[:start] + src[body_end:]
+    (tree / rel).write_text(without_build)
+    assert [f.code for f in check_adapter(tree, rel, "my_tts", "my_tts")] == ["scaffold.adapter_build_failed"]
+    (tree / rel).write_text(without_build.replace("(ARTTSAdapter):", "(MossTTSAdapter):"))
+    assert check_adapter(tree, rel, "my_tts", "my_tts") == []
