@@ -353,7 +353,7 @@ def read_generation_facts(facts: ModelFacts, doc: dict, gen_path: Path) -> None:
             raise InputError(f"{gen_path} must hold a JSON object, got {type(gen).__name__}")
         check_values(gen, gen_path)
     for name, (spellings, _default) in SAMPLING_KEYS.items():
-        for source_name, source in (("generation_config.json", gen), ("config.json", doc)):
+        for source_name, source in (("generation_config.json", gen), (Path(facts.config_path).name, doc)):
             key = next((k for k in spellings if k in source and source[k] is not None), None)
             if key is None:
                 continue
