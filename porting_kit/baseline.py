@@ -232,18 +232,30 @@ def record(spec_path: str | Path | None, *, example: str | None = None,
     Raises
     ------
     InputError
-        The spec has no audio names, a baseline exists without ``force``, or the
-        folder cannot be written.
+        The spec has no audio names; its codes are empty; the reference's audio is
+        empty or holds NaN/Inf; a baseline exists without ``force``; ``out_dir`` is not
+        a folder, lies inside the installed package, or cannot be written.
     """
+    import numpy as np
     import torch
 
+    from porting_kit.fsutil import check_output_dir
     from porting_kit.probes.waveform import as_channels_first
 
+    check_output_dir(out_dir, what="--out")
     spec = _load(spec_path, example)
     codes = spec.call("codes")
+    if not isinstance(codes, torch.Tensor) or codes.numel() == 0:
+        raise InputError(f"{spec.name}: codes() returned no codes (shape "
+                         f"{tuple(getattr(codes, 'shape', ()))}); nothing to record")
     with torch.no_grad():
         wav, sr = spec.call("decode_reference", codes)
     y = as_channels_first(wav)
+    if y.size == 0:
+        raise InputError(f"{spec.name}: decode_reference returned empty audio; nothing to record")
+    if not np.isfinite(y).all():
+        raise InputError(f"{spec.name}: decode_reference returned NaN/Inf samples "
+                         f"({int((~np.isfinite(y)).sum())} of {y.size}); a baseline must be finite")
     sidecar = {"spec": spec.name, "variant": None, "seed": spec.get("SEED"),
                "inputs": {"codes_shape": list(codes.shape), "codes_sha256": _codes_digest(codes)},
                "provenance": f"decode_reference(codes()) of {spec.name}, recorded "

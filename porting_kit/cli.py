@@ -107,6 +107,11 @@ def _progress(description: str, total: int | None = None) -> Iterator[Callable[.
         yield update
 
 
+def _report_console(json_path: Path | None) -> Console:
+    """Where the human-readable report goes: stderr when ``--json -`` takes stdout."""
+    return err_console if json_path is not None and str(json_path) == "-" else console
+
+
 def _exit(code: int) -> None:
     raise typer.Exit(code)
 
@@ -137,9 +142,12 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
           only: str | None = typer.Option(None, "--only",
                                           help="Comma-separated families: "
                                                "config,parity,rope,norm,hop,channel,dtype,rng,lifecycle."),
-          json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here."),
+          json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here (- for standard output)."),
           device: str = typer.Option("cpu", "--device", help="Torch device: cpu, cuda, cuda:1."),
           dtype: str | None = typer.Option(None, "--dtype", help="Serving dtype: float32, bfloat16, float16."),
+          trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
+                                                 help="Allow a local reference directory whose config needs "
+                                                      "remote code (auto_map). Never implicit."),
           debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
     """Compare the candidate port against the HF reference and name the fault."""
     _DEBUG["on"] = _DEBUG["on"] or debug
@@ -152,9 +160,9 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
         check_output_path(json_path, inputs=[spec])
         with _progress("loading spec") as update:
             report = run_check(str(spec) if spec else None, example=example, variant=variant,
-                               only=only, device=device, dtype=dtype,
+                               only=only, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                                progress=lambda text: update(f"check: {text}"))
-        print_report(report, console)
+        print_report(report, _report_console(json_path))
         if json_path:
             report.write_json(json_path)
         return report.exit_code
@@ -187,7 +195,7 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
           cand: Path = typer.Argument(..., help="Candidate audio file (WAV/FLAC)."),
           hop_length: int | None = typer.Option(None, "--hop-length", min=1, help="Codec hop length in samples."),
           sample_rate: int | None = typer.Option(None, "--sample-rate", min=1, help="Expected sample rate in Hz."),
-          json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here."),
+          json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here (- for standard output)."),
           plot: Path | None = typer.Option(None, "--plot", help="Write waveform/spectrogram plots (PNG) here.")):
     """Compare two audio files: length, sample rate, channels, lag, SNR, log-mel distance."""
 
@@ -197,12 +205,12 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
         from porting_kit.report.render import print_report
 
         check_output_path(json_path, inputs=[ref, cand])
-        check_output_path(plot, inputs=[ref, cand], what="--plot")
+        check_output_path(plot, inputs=[ref, cand], what="--plot", allow_stdout=False)
         if plot is not None:
             plot.parent.mkdir(parents=True, exist_ok=True)
         with _progress(f"audio: comparing {cand.name} with {ref.name}"):
             report = compare_files(ref, cand, hop_length=hop_length, sample_rate=sample_rate, plot=plot)
-        print_report(report, console)
+        print_report(report, _report_console(json_path))
         if json_path:
             report.write_json(json_path)
         return report.exit_code
@@ -242,7 +250,7 @@ def baseline_compare(spec: Path | None = typer.Argument(None, help=_SPEC_HELP),
                      variant: str | None = typer.Option(None, "--variant",
                                                         help="Planted-fault variant declared by the spec."),
                      out: Path = typer.Option(Path("reference_audio"), "--out", help=_BASELINE_DIR_HELP),
-                     json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here.")):
+                     json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here (- for standard output).")):
     """Compare the candidate's audio to the recorded baseline."""
 
     def body() -> int:
@@ -253,7 +261,7 @@ def baseline_compare(spec: Path | None = typer.Argument(None, help=_SPEC_HELP),
         check_output_path(json_path, inputs=[spec])
         with _progress("baseline: decoding the candidate's audio"):
             report = compare(str(spec) if spec else None, example=example, variant=variant, out_dir=out)
-        print_report(report, console)
+        print_report(report, _report_console(json_path))
         if json_path:
             report.write_json(json_path)
         return report.exit_code
@@ -284,7 +292,7 @@ def notebooks(dest: Path = typer.Argument(..., help="Folder to copy the walkthro
 @app.command()
 def lint(paths: list[str] | None = typer.Argument(None, metavar="PATHS", show_default=False,
                                                   help="Files or directories (Python and deploy YAML; directories "
-                                                       "are walked). None: nothing to lint, exit 0."),
+                                                       "are walked). None: the current directory."),
          select: str | None = typer.Option(None, "--select", metavar="CODES",
                                            help="Comma-separated rule codes or prefixes to enable (default: all)."),
          ignore: str | None = typer.Option(None, "--ignore", metavar="CODES",
@@ -435,7 +443,7 @@ def validate(path: Path | None = typer.Argument(None, metavar="PATH", show_defau
                                               help="Port spec for the gpu tier (checks in the serving dtype)."),
              device: str | None = typer.Option(None, "--device", metavar="DEVICE",
                                                help="Device of the run tier (default cpu)."),
-             json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the JSON report here."),
+             json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the JSON report here (- for standard output)."),
              stored_only: bool = typer.Option(False, "--stored-only",
                                               help="Use the stored schemas even when the framework imports."),
              model_type: str | None = typer.Option(None, "--model-type", metavar="NAME",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +57,9 @@ def atomic_write(path: Path, write: Callable[[str], None], *, backup: bool = Fal
 
     Raises
     ------
+    InputError
+        Something other than a regular file is at ``path`` (a link, a FIFO, a device,
+        a directory): it is never replaced.
     OSError
         The folder cannot be written (callers turn it into :class:`InputError`).
 
@@ -66,6 +70,9 @@ def atomic_write(path: Path, write: Callable[[str], None], *, backup: bool = Fal
     re-raised; ``path`` is untouched.
     """
     path = Path(path)
+    kind = _kind(path)
+    if kind is not None:
+        raise InputError(f"{path}: is {kind}; porting-kit replaces only regular files")
     path.parent.mkdir(parents=True, exist_ok=True)
     if backup and path.exists():
         shutil.copy2(path, backup_path(path))
@@ -111,40 +118,130 @@ def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
     atomic_write(path, write, backup=backup)
 
 
-def check_output_path(path: Path | None, *, inputs: list[Path | str | None] = (), what: str = "--json") -> None:
-    """Refuse, before any work, an output path the tool must not or cannot write.
+#: The explicit name for standard output in ``--json -``.
+STDOUT = "-"
+
+
+def _kind(p: Path) -> str | None:
+    """What is at ``p`` when it is not a regular file or absent: "a symbolic link",
+    "a directory", "a FIFO", "a device", "a socket"; None for a regular file or nothing."""
+    if p.is_symlink():
+        return "a symbolic link"
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _package_dir() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def _inside(p: Path, folder: Path) -> bool:
+    try:
+        p.resolve().relative_to(folder.resolve())
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+def check_output_path(path: Path | str | None, *, inputs: list[Path | str | None] = (),
+                      what: str = "--json", allow_stdout: bool = True) -> None:
+    """Refuse, before any work, an output file the tool must not or cannot write.
+
+    A file-valued output is written (atomically) only where nothing is, or over a
+    regular file. Anything else at the path — a symbolic link (its target would be
+    replaced or written through), a directory, a FIFO, a device such as ``/dev/null``
+    — is refused; ``-`` means standard output where ``allow_stdout``.
 
     Parameters
     ----------
-    path : Path or None
-        The output file (``--json PATH``, ``--out``...); ``None`` accepts at once.
+    path : Path, str or None
+        The output file (``--json PATH``, a baseline file...); ``None`` accepts at once.
     inputs : list of (Path or str or None), default ()
-        The command's input files; ``None`` entries are skipped. Compared with
-        ``os.path.samefile``, so a link or another spelling of an input is caught.
+        The command's input files or folders; ``None`` entries are skipped. The output
+        may be none of them (compared with ``os.path.samefile``, so a link or another
+        spelling is caught) and may not lie inside an input folder (``validate --json``
+        into the scaffold it validates).
     what : str, default "--json"
+        The option's name, used to start the error message.
+    allow_stdout : bool, default True
+        Accept ``-`` (standard output).
+
+    Raises
+    ------
+    InputError
+        Any of the cases above; a path inside the installed porting_kit package; a path
+        under something that is not a directory; a folder that cannot be written.
+    """
+    if path is None:
+        return
+    if str(path) == STDOUT:
+        if allow_stdout:
+            return
+        raise InputError(f"{what} -: standard output is not accepted here; give a file path")
+    p = Path(path)
+    for inp in inputs:
+        if inp is None:
+            continue
+        ip = Path(inp)
+        try:
+            if ip.exists() and p.exists() and os.path.samefile(p, ip):
+                raise InputError(f"{what} {p}: is one of this command's inputs; choose another file")
+        except OSError:
+            pass
+        if ip.is_dir() and _inside(p, ip):
+            raise InputError(f"{what} {p}: lies inside the input folder {ip}; write the report elsewhere")
+    kind = _kind(p)
+    if kind is not None:
+        raise InputError(f"{what} {p}: is {kind}; give the path of a regular file (or a new one)")
+    if _inside(p, _package_dir()):
+        raise InputError(f"{what} {p}: lies inside the installed porting_kit package; write elsewhere")
+    parent = p.parent
+    while not parent.exists() and not parent.is_symlink():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{what} {p}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{what} {p}: cannot write in {parent}")
+
+
+def check_output_dir(path: Path | str | None, *, what: str = "--out") -> None:
+    """Refuse a directory-valued output that is neither absent nor a directory.
+
+    Parameters
+    ----------
+    path : Path, str or None
+        The output folder (``--out``, ``--plot DIR``, ``notebooks DIR``); ``None`` accepts.
+    what : str, default "--out"
         The option's name, used to start the error message.
 
     Raises
     ------
     InputError
-        ``path`` is one of the command's own input files (writing it would destroy
-        the user's file), an existing directory, lies under a path that exists
-        and is not a directory, or its nearest existing folder is not writable.
+        ``path`` is a symbolic link, a file, a FIFO or a device; lies inside the
+        installed porting_kit package; or its nearest existing folder cannot be written.
     """
     if path is None:
         return
     p = Path(path)
-    for inp in inputs:
-        if inp is None:
-            continue
-        try:
-            if Path(inp).exists() and p.exists() and os.path.samefile(p, inp):
-                raise InputError(f"{what} {p}: is one of this command's inputs; choose another file")
-        except OSError:
-            pass
-    if p.is_dir():
-        raise InputError(f"{what} {p}: is a directory; give a file path")
-    parent = p.parent
+    kind = _kind(p)
+    if kind is not None and kind != "a directory":
+        raise InputError(f"{what} {p}: is {kind}; give a directory (or a new path)")
+    if _inside(p, _package_dir()):
+        raise InputError(f"{what} {p}: lies inside the installed porting_kit package; write elsewhere")
+    parent = p if p.is_dir() else p.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():

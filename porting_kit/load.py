@@ -66,6 +66,9 @@ class WeightLoad:
         as the q/k permutation between Meta's interleaved and HF's rotate-half RoPE does.
         Then candidate output feature ``j`` is reference feature ``perm[j]``, and
         comparisons map the candidate's output through it first.
+    unexpected_keys : list[str]
+        Names ``convert_weights`` returned that the candidate has no parameter or buffer
+        for (strict loading: reported, never silently dropped).
     """
 
     method: str
@@ -74,6 +77,7 @@ class WeightLoad:
     unset_candidate: list[str] = field(default_factory=list)
     untraceable: list[str] = field(default_factory=list)
     output_permutation: dict[str, Any] = field(default_factory=dict)
+    unexpected_keys: list[str] = field(default_factory=list)
 
 
 def row_permutation(ref, cand):
@@ -186,14 +190,14 @@ def load_weights(spec: Spec, reference, candidate) -> WeightLoad:
         for n in saved:
             params[n].fill_(float("nan"))
 
-        method = _apply_weights(spec, ref_sd, candidate)
+        method, unexpected = _apply_weights(spec, ref_sd, candidate)
 
         unset = [n for n, p in params.items() if n in saved and p.numel() and bool(torch.isnan(p).all())]
         for n in unset:
             params[n].copy_(saved[n])
         del saved
 
-        result = WeightLoad(method=method, unset_candidate=unset)
+        result = WeightLoad(method=method, unset_candidate=unset, unexpected_keys=unexpected)
         # values may land in parameters or persistent buffers (codebooks are buffers)
         cand_sd = dict(candidate.state_dict())
         _trace_values(ref_sd, cand_sd, result, spec)
@@ -201,9 +205,10 @@ def load_weights(spec: Spec, reference, candidate) -> WeightLoad:
     return result
 
 
-def _apply_weights(spec: Spec, ref_sd: dict[str, Any], candidate) -> str:
+def _apply_weights(spec: Spec, ref_sd: dict[str, Any], candidate) -> tuple[str, list[str]]:
     """Load ``ref_sd`` into ``candidate`` by the first way the spec/candidate offers; return its name
-    (``convert_weights``, ``load_weights`` or ``names``). Raises InputError when loading fails."""
+    (``convert_weights``, ``load_weights`` or ``names``) and the converted names the candidate
+    has no slot for. Raises InputError when loading fails."""
     import torch
 
     if spec.has("convert_weights"):
@@ -216,8 +221,8 @@ def _apply_weights(spec: Spec, ref_sd: dict[str, Any], candidate) -> str:
                 raise InputError(f"{spec.name}: convert_weights() must return a dict of tensors; "
                                  f"{name} is a {type(value).__name__}, not a tensor")
         _check_shapes(converted, candidate, "converted reference weights")
-        candidate.load_state_dict(converted, strict=False)
-        return "convert_weights"
+        loaded = candidate.load_state_dict(converted, strict=False)
+        return "convert_weights", sorted(loaded.unexpected_keys)
     if callable(getattr(candidate, "load_weights", None)):
         items = _Tracking((k, v) for k, v in ref_sd.items() if isinstance(v, torch.Tensor))
         try:
@@ -229,10 +234,10 @@ def _apply_weights(spec: Spec, ref_sd: dict[str, Any], candidate) -> str:
             raise InputError(f"weights cannot be loaded into the candidate{where}: "
                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                              ) from exc
-        return "load_weights"
+        return "load_weights", []
     _check_shapes(ref_sd, candidate, "reference state dict")
     candidate.load_state_dict(ref_sd, strict=False)
-    return "names"
+    return "names", []
 
 
 def _find_output_permutations(ref_sd: dict[str, Any], cand_sd: dict[str, Any], result: WeightLoad) -> None:
@@ -439,8 +444,7 @@ def load_pair(ctx) -> LoadedPair:
         if not isinstance(m, torch.nn.Module):
             raise InputError(f"{spec.name}: {side}() must return a torch.nn.Module, got {type(m).__name__}")
     inputs = spec.call("inputs")
-    if not isinstance(inputs, dict):
-        raise InputError(f"{spec.name}: inputs() must return a dict, got {type(inputs).__name__}")
+    check_inputs(spec.name, inputs)
     ctx.progress("parity: loading weights")
     weights = load_weights(spec, reference, candidate)
     dtype = ctx.torch_dtype()
@@ -456,6 +460,43 @@ def load_pair(ctx) -> LoadedPair:
     pair = LoadedPair(reference, candidate, move_inputs(inputs, ctx.device, dtype), weights)
     ctx.state["pair"] = pair
     return pair
+
+
+def check_inputs(spec_name: str, inputs: Any) -> None:
+    """Refuse spec inputs no comparison can use, before any model runs.
+
+    An empty tensor would make every output "match"; NaN/Inf in an input would be
+    blamed on the model as a NaN origin.
+
+    Parameters
+    ----------
+    spec_name : str
+        For the message.
+    inputs : Any
+        What the spec's ``inputs()`` returned: a dict of tensors and other values.
+
+    Raises
+    ------
+    InputError
+        ``inputs`` is not a dict, is empty, or a tensor in it has no elements or holds
+        NaN/Inf (the key and the count are named).
+    """
+    import torch
+
+    if not isinstance(inputs, dict):
+        raise InputError(f"{spec_name}: inputs() must return a dict, got {type(inputs).__name__}")
+    if not inputs:
+        raise InputError(f"{spec_name}: inputs() returned an empty dict; nothing to compare")
+    for key, value in inputs.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.numel() == 0:
+            raise InputError(f"{spec_name}: inputs()[{key!r}] is empty (shape {tuple(value.shape)}); "
+                             "an empty input makes every output match")
+        if (value.is_floating_point() or value.is_complex()) and not torch.isfinite(value).all():
+            bad = int((~torch.isfinite(value)).sum())
+            raise InputError(f"{spec_name}: inputs()[{key!r}] holds {bad} NaN/Inf value(s) of "
+                             f"{value.numel()}; fix the inputs before blaming the model")
 
 
 def run_side(spec, side: str, model, inputs: dict) -> Any:

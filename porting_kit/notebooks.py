@@ -59,12 +59,15 @@ def copy_notebooks(dest: str | Path, *, force: bool = False) -> CopyResult:
     ------
     InputError
         ``dest`` exists and is not a directory (or is a symlink to one elsewhere
-        than it says), or a file there differs and ``force`` is not given
-        (nothing is written then).
+        than it says), lies inside the installed package, or a file there differs and
+        ``force`` is not given (nothing is written then).
     """
+    from porting_kit.fsutil import check_output_dir
+
     dest = Path(dest)
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise InputError(f"notebooks: {dest} exists and is not a directory")
+    check_output_dir(dest, what="notebooks")
     plan = planned_files()
     result = CopyResult(dest=dest)
     todo: list[tuple[Path, Path, bool]] = []

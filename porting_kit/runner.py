@@ -63,7 +63,7 @@ def parse_only(only: str | Iterable[str] | None) -> list[str]:
 
 def run_check(spec: Spec | str | None = None, *, example: str | None = None,
               variant: str | None = None, only: str | Iterable[str] | None = None,
-              device: str = "cpu", dtype: str | None = None,
+              device: str = "cpu", dtype: str | None = None, trust_remote_code: bool = False,
               progress: Callable[[str], None] | None = None) -> Report:
     """Run every check family that the spec can serve and return the report.
 
@@ -81,6 +81,9 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     dtype : str, optional
         Serving dtype (``float32``, ``bfloat16``, ``float16``); default keeps the
         models' dtype. Tolerances follow the dtype.
+    trust_remote_code : bool, default False
+        Allow a local reference directory whose config needs remote code
+        (``--trust-remote-code``); never implicit.
     progress : callable, optional
         Called with a short text as each family starts.
 
@@ -97,7 +100,7 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
         loaded, unknown family or dtype.
     """
     if not isinstance(spec, Spec):
-        spec = load_spec(spec, example=example, variant=variant)
+        spec = load_spec(spec, example=example, variant=variant, trust_remote_code=trust_remote_code)
     families = parse_only(only)
     ctx = CheckContext(spec=spec, device=device, dtype=dtype,
                        progress=progress or (lambda text: None))

@@ -63,6 +63,7 @@ class Spec:
     module: ModuleType
     name: str
     variant: str | None = None
+    trust_remote_code: bool = False
 
     def get(self, attr: str, default: Any = None) -> Any:
         """The spec's optional name ``attr``, or ``default`` when it does not define it.
@@ -97,8 +98,15 @@ class Spec:
 
     @property
     def has_parity(self) -> bool:
-        """True when the spec defines the parity trio ``reference``/``candidate``/``inputs``."""
-        return all(callable(getattr(self.module, n, None)) for n in PARITY_NAMES)
+        """True when the spec defines the parity trio ``reference``/``candidate``/``inputs``
+        (``reference`` may be a local model directory, a string)."""
+        return all(callable(getattr(self.module, n, None)) or (n == "reference" and self.reference_is_path)
+                   for n in PARITY_NAMES)
+
+    @property
+    def reference_is_path(self) -> bool:
+        """True when the spec's ``reference`` is a local model directory (a string), not a function."""
+        return isinstance(getattr(self.module, "reference", None), (str, Path))
 
     @property
     def variants(self) -> dict[str, str]:
@@ -123,11 +131,18 @@ class Spec:
         Raises
         ------
         InputError
-            ``attr`` is missing or not callable, or the function raised (any ``Exception``
+            ``attr`` is missing or not callable (``reference`` may be a local model
+        directory: :func:`porting_kit.adapters.transformers_local.load_local_reference`),
+        or the function raised (any ``Exception``
             or ``SystemExit``; an ``InputError`` raised inside passes through unchanged).
             The message names the spec and the function: the tool could not run, exit 2.
         """
         fn: Callable[..., Any] | None = getattr(self.module, attr, None)
+        if attr == "reference" and self.reference_is_path:
+            from porting_kit.adapters.transformers_local import load_local_reference
+
+            spec_dir = None if self.name.startswith("example:") else Path(self.name).resolve().parent
+            return load_local_reference(fn, spec_dir=spec_dir, trust_remote_code=self.trust_remote_code)
         if not callable(fn):
             raise InputError(f"{self.name}: spec does not define {attr}()")
         try:
@@ -167,7 +182,7 @@ def _import_file(path: Path) -> ModuleType:
 
 
 def load_spec(path: str | Path | None = None, *, example: str | None = None,
-              variant: str | None = None) -> Spec:
+              variant: str | None = None, trust_remote_code: bool = False) -> Spec:
     """Import a port spec file, or an embedded example.
 
     Parameters
@@ -180,6 +195,9 @@ def load_spec(path: str | Path | None = None, *, example: str | None = None,
         ``"tts:qk_not_permuted"``.
     variant : str, optional
         A planted-fault variant declared in the spec's ``VARIANTS``.
+    trust_remote_code : bool, default False
+        Passed to transformers when the spec's ``reference`` is a local model directory
+        (``--trust-remote-code``); never set implicitly.
 
     Returns
     -------
@@ -197,11 +215,14 @@ def load_spec(path: str | Path | None = None, *, example: str | None = None,
     if path is not None and example is not None:
         raise InputError("give a SPEC path or --example, not both")
     _guard_imports()
+    if example is not None and (not example.strip() or example.strip().endswith(":")):
+        raise InputError(f"--example {example!r}: give an example name (and optionally :variant); "
+                         "run `porting-kit examples` for the list")
     if path is None:
         module, name, variant = _import_example(example or DEFAULT_EXAMPLE, variant)
     else:
         module, name = _import_spec_file(Path(path)), str(Path(path))
-    spec = Spec(module=module, name=name)
+    spec = Spec(module=module, name=name, trust_remote_code=bool(trust_remote_code))
     if variant is not None:
         _select_variant(spec, variant)
     _validate(spec)
@@ -231,6 +252,8 @@ def _import_spec_file(p: Path):
         raise InputError(f"{p}: is a directory; give a port spec .py file")
     if p.suffix != ".py":
         raise InputError(f"{p}: a port spec is a Python file ending in .py")
+    if not p.is_file():
+        raise InputError(f"{p}: not a regular file (a FIFO, a device or a socket); give a port spec .py file")
     try:
         p.read_bytes()
     except OSError as exc:
@@ -260,6 +283,8 @@ def _guard_imports() -> None:
 def _validate(spec: Spec) -> None:
     present = [n for n in PARITY_NAMES if spec.has(n)]
     for n in present + [n for n in GENERATOR_NAMES if spec.has(n)]:
+        if n == "reference" and spec.reference_is_path:
+            continue
         if not callable(spec.get(n)):
             raise InputError(f"{spec.name}: `{n}` must be a function")
     has_generator = any(spec.has(n) for n in GENERATOR_NAMES)

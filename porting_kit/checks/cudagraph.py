@@ -59,50 +59,65 @@ def run(ctx) -> list[Finding]:
                       "Keep sampling out of the captured region, or register each per-request "
                       "torch.Generator with graph.register_generator_state(gen) before capture; "
                       "no .item()/.cpu() inside the step.")]
-    sc = r.shape_change
-    shape_diff = [t for t, (g, e) in enumerate(zip(r.graph_shapes, r.eager_shapes)) if g != e]
-    if sc is not None or shape_diff:
-        if sc is not None:
-            msg = (f"{sc.module}'s output shape changes between capture and replay: "
-                   f"{sc.capture_shape} at the capture step, {sc.step_shape} at step {sc.step}.")
-            ev.update({"module": sc.module, "capture_shape": str(sc.capture_shape),
-                       "replay_shape": str(sc.step_shape), "step": sc.step})
-            where = Where(candidate=sc.module)
-        else:
-            t = shape_diff[0]
-            msg = (f"The replayed output has shape {r.graph_shapes[t]} at step {t}, eager "
-                   f"{r.eager_shapes[t]}: the graph replays the batch it captured.")
-            ev.update({"graph_shape": str(r.graph_shapes[t]), "eager_shape": str(r.eager_shapes[t]),
-                       "step": t})
-            where = None
-        if r.replay_error:
-            ev["replay_error"] = r.replay_error
-        return [_fail("cudagraph.shape_changed", msg, ev,
-                      "Capture one graph per (batch size, length) bucket and pad the inputs to the "
-                      "bucket; keep every tensor in the step a fixed shape (a preallocated KV "
-                      "cache indexed by position, not a growing torch.cat).", where)]
+    found = _shape_changed(r, ev)
+    if found is not None:
+        return [found]
     if r.replay_error:
         return [_fail("cudagraph.unexplained", f"Replaying the captured step raised: {r.replay_error}.",
                       {**ev, "replay_error": r.replay_error},
                       "Replay with the captured shapes and devices; copy new inputs into the "
                       "static input tensors.")]
+    return [_replay_finding(r, ev)]
+
+
+def _shape_changed(r, ev: dict) -> Finding | None:
+    """``cudagraph.shape_changed`` when a module's output shape moves between capture and a
+    later step, or the replayed output's shape differs from eager's; None otherwise."""
+    sc = r.shape_change
+    shape_diff = [t for t, (g, e) in enumerate(zip(r.graph_shapes, r.eager_shapes)) if g != e]
+    if sc is None and not shape_diff:
+        return None
+    if sc is not None:
+        msg = (f"{sc.module}'s output shape changes between capture and replay: "
+               f"{sc.capture_shape} at the capture step, {sc.step_shape} at step {sc.step}.")
+        ev.update({"module": sc.module, "capture_shape": str(sc.capture_shape),
+                   "replay_shape": str(sc.step_shape), "step": sc.step})
+        where = Where(candidate=sc.module)
+    else:
+        t = shape_diff[0]
+        msg = (f"The replayed output has shape {r.graph_shapes[t]} at step {t}, eager "
+               f"{r.eager_shapes[t]}: the graph replays the batch it captured.")
+        ev.update({"graph_shape": str(r.graph_shapes[t]), "eager_shape": str(r.eager_shapes[t]),
+                   "step": t})
+        where = None
+    if r.replay_error:
+        ev["replay_error"] = r.replay_error
+    return _fail("cudagraph.shape_changed", msg, ev,
+                 "Capture one graph per (batch size, length) bucket and pad the inputs to the "
+                 "bucket; keep every tensor in the step a fixed shape (a preallocated KV "
+                 "cache indexed by position, not a growing torch.cat).", where)
+
+
+def _replay_finding(r, ev: dict) -> Finding:
+    """Replayed vs eager outputs: ``cudagraph.ok``, ``stale_output`` (kept outputs hold the
+    last step's values, or share one storage) or ``unexplained``."""
     bad = [t for t, e in enumerate(r.equal) if not e]
     if not bad:
-        return [ok(P, f"The captured decode step replays {r.steps} steps equal to eager "
-                      f"(max |diff| {max(r.max_abs_diff, default=0.0):.3g}).",
-                   {**ev, "max_abs_diff": max(r.max_abs_diff, default=0.0)})]
+        return ok(P, f"The captured decode step replays {r.steps} steps equal to eager "
+                     f"(max |diff| {max(r.max_abs_diff, default=0.0):.3g}).",
+                  {**ev, "max_abs_diff": max(r.max_abs_diff, default=0.0)})
     ev.update({"mismatched_steps": ", ".join(map(str, bad)),
                "max_abs_diff": max(r.max_abs_diff[t] for t in bad), "aliased_outputs": int(r.aliased)})
     stale = [t for t in bad if t < r.steps - 1 and r.equals_last[t]]
     if stale or r.aliased:
-        return [_fail("cudagraph.stale_output",
-                      f"The outputs kept from steps {', '.join(map(str, stale or bad))} hold the last "
-                      f"step's values: the runner returns its static output buffer, which the next "
-                      f"replay overwrites.", ev,
-                      "Return static_output.clone() (or copy it into a per-step tensor) before "
-                      "the next replay.")]
-    return [_fail("cudagraph.unexplained",
-                  f"Replayed outputs differ from eager at steps {ev['mismatched_steps']} "
-                  f"(max |diff| {ev['max_abs_diff']:.3g}) and no known cause explains it.", ev,
-                  "Compare the captured region with the eager step: inputs copied into the static "
-                  "tensors, RNG use, host-side values frozen at capture.")]
+        return _fail("cudagraph.stale_output",
+                     f"The outputs kept from steps {', '.join(map(str, stale or bad))} hold the last "
+                     f"step's values: the runner returns its static output buffer, which the next "
+                     f"replay overwrites.", ev,
+                     "Return static_output.clone() (or copy it into a per-step tensor) before "
+                     "the next replay.")
+    return _fail("cudagraph.unexplained",
+                 f"Replayed outputs differ from eager at steps {ev['mismatched_steps']} "
+                 f"(max |diff| {ev['max_abs_diff']:.3g}) and no known cause explains it.", ev,
+                 "Compare the captured region with the eager step: inputs copied into the static "
+                 "tensors, RNG use, host-side values frozen at capture.")

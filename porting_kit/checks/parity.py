@@ -70,8 +70,10 @@ def _common_evidence(res: ParityResult) -> dict:
 
 
 def _unmapped_weights(w) -> list[Finding]:
-    """``parity.unmapped_weights``: reference tensors never loaded / candidate parameters never set."""
-    if not (w.unmapped_reference or w.unset_candidate):
+    """``parity.unmapped_weights``: reference tensors never loaded / candidate parameters never set /
+    converted names the candidate has no slot for."""
+    unexpected = w.unexpected_keys
+    if not (w.unmapped_reference or w.unset_candidate or unexpected):
         return []
     parts = []
     if w.unmapped_reference:
@@ -81,12 +83,16 @@ def _unmapped_weights(w) -> list[Finding]:
     if w.unset_candidate:
         parts.append(f"{len(w.unset_candidate)} candidate parameter(s) were never set "
                      f"({', '.join(w.unset_candidate[:6])})")
+    if unexpected:
+        parts.append(f"convert_weights returned {len(unexpected)} name(s) the candidate has no "
+                     f"parameter or buffer for ({', '.join(unexpected[:6])}): dropped by a non-strict load")
     return [Finding(
         "parity", "parity.unmapped_weights", "fail", "; ".join(parts) + ".",
         evidence={"method": w.method, "unmapped_reference": len(w.unmapped_reference),
                   "unset_candidate": len(w.unset_candidate),
                   "unmapped_reference_names": ", ".join(w.unmapped_reference[:20]),
-                  "unset_candidate_names": ", ".join(w.unset_candidate[:20])},
+                  "unset_candidate_names": ", ".join(w.unset_candidate[:20]),
+                  "unexpected_keys": len(unexpected), "unexpected_key_names": ", ".join(unexpected[:20])},
         where=Where(reference=w.unmapped_reference[0].rsplit(".", 1)[0] if w.unmapped_reference else None,
                     candidate=w.unset_candidate[0].rsplit(".", 1)[0] if w.unset_candidate else None),
         hint="Map these names in the candidate's load_weights (stacked_params_mapping, renames) "

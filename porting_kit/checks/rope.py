@@ -278,6 +278,8 @@ def _same_heads(ref_k, cand_k):
 # --------------------------------------------------------------- diagnosis
 
 def _diagnose(pr: Probe, ref_site: RotarySite, cand_sites, where: Where, ctx: CheckContext) -> Finding:
+    """Gate on finite q/k and kept norms, fit the pairing, then the layout, the rotary
+    dims and the angles; :func:`_explain` tries the angle hypotheses in order."""
     import torch
 
     tol = _TOL.get(pr.dtype, _TOL["float32"])
@@ -293,6 +295,52 @@ def _diagnose(pr: Probe, ref_site: RotarySite, cand_sites, where: Where, ctx: Ch
                   f"{spread:.3g}): not a RoPE fault; see the norm and parity findings.",
                   {"qk_norm_spread": spread, "probe_site_candidate": pr.cand_site})
 
+    fit = _fit_structure(pr, tol)
+    evidence: dict[str, Any] = {"probe_site_reference": where.reference or "",
+                                "probe_site_candidate": pr.cand_site,
+                                "reference_structure": fit.ref_equiv[0].describe(),
+                                "candidate_structure": fit.st.describe(),
+                                "structure_residual": fit.residual,
+                                "reference_structure_residual": fit.ref_residual}
+    if fit.residual > tol["structure"]:
+        evidence["qk_norm_spread"] = spread
+        return _fail("rope.unexplained", "The candidate rotates q/k in a way no RoPE dim pairing "
+                     f"explains (best residual {fit.residual:.3g} for {fit.st.describe()}).", evidence, where)
+
+    pairing = _pairing_finding(pr, fit, evidence, where)
+    if pairing is not None:
+        return pairing
+
+    # Angles: reference, then the hypotheses in order.
+    n_ref = pr.theta_ref.shape[-1]
+    th_q, th_k = fit.fq.theta[:, :n_ref], fit.fk.theta[:, :n_ref]
+    e_ref = max(_angle_error(th_q, pr.theta_ref), _angle_error(th_k, pr.theta_ref))
+    scale_c = float(torch.cat([fit.fq.scale.flatten(), fit.fk.scale.flatten()]).mean())
+    evidence.update({"angle_error_rad": e_ref, "reference_attention_scaling": pr.scale_ref,
+                     "candidate_attention_scaling": scale_c})
+    series = _error_series(th_q, pr.theta_ref, pr.positions)
+    ctx.extras["rope_error_vs_position"] = series
+    if e_ref <= tol["angle"] and abs(scale_c - pr.scale_ref) <= 10 * tol["angle"]:
+        return ok(P, f"The candidate's RoPE matches the reference ({fit.st.describe()}; max angle error "
+                  f"{e_ref:.2g} rad).", {"angle_error_rad": e_ref, "candidate_structure": fit.st.describe()})
+    return _explain(pr, ref_site, th_q, th_k, e_ref, tol, evidence, series, where)
+
+
+@dataclass
+class _StructureFit:
+    """The best dim pairing for the candidate's rotation, and the reference's under the map."""
+
+    residual: float
+    st: Structure
+    fq: Any
+    fk: Any
+    ref_equiv: list[Structure]
+    ref_residual: float
+
+
+def _fit_structure(pr: Probe, tol: dict[str, float]) -> _StructureFit:
+    """Fit every RoPE dim pairing to the candidate's q and k rotations; the best one first
+    (within tolerance, the reference's equivalent pairing and the widest rotary dims win)."""
     fits = []
     for st in structures(pr.head_dim, pr.rotary_dim_ref):
         fq, fk = measure_rotation(pr.q_pre, pr.q_post, st), measure_rotation(pr.k_pre, pr.k_post, st)
@@ -302,117 +350,126 @@ def _diagnose(pr: Probe, ref_site: RotarySite, cand_sites, where: Where, ctx: Ch
                              not _equiv(f[1], ref_equiv), -f[1].rotary_dim))
     best_res, st, fq, fk = fits[0]
     ref_fit = next(f for f in fits if f[1] == ref_equiv[0])
-    evidence: dict[str, Any] = {"probe_site_reference": where.reference or "",
-                                "probe_site_candidate": pr.cand_site,
-                                "reference_structure": ref_equiv[0].describe(),
-                                "candidate_structure": st.describe(),
-                                "structure_residual": best_res,
-                                "reference_structure_residual": ref_fit[0]}
-    if best_res > tol["structure"]:
-        evidence["qk_norm_spread"] = spread
-        return _fail("rope.unexplained", "The candidate rotates q/k in a way no RoPE dim pairing "
-                     f"explains (best residual {best_res:.3g} for {st.describe()}).", evidence, where)
+    return _StructureFit(best_res, st, fq, fk, ref_equiv, ref_fit[0])
 
+
+def _pairing_finding(pr: Probe, fit: _StructureFit, evidence: dict[str, Any],
+                     where: Where) -> Finding | None:
+    """``rope.layout_mismatch`` or ``rope.partial_rotary_mismatch`` when the fitted pairing
+    or the number of rotating dims differs from the reference's; None when both agree."""
     n_ref = pr.theta_ref.shape[-1]
-    rot_dim = 2 * _rotating_pairs(fq.theta, pr.theta_ref)
-    layout_ok = _equiv(st, ref_equiv)
+    rot_dim = 2 * _rotating_pairs(fit.fq.theta, pr.theta_ref)
     evidence.update({"reference_rotary_dim": pr.rotary_dim_ref, "candidate_rotary_dim": rot_dim})
-
-    if not layout_ok:
+    if not _equiv(fit.st, fit.ref_equiv):
         evidence["reference_layout"] = HALF
-        evidence["candidate_layout"] = st.layout + (" (q/k rows permuted)" if st.permuted else "")
-        ang = _angle_error(fq.theta[:, :n_ref], pr.theta_ref) if fq.theta.shape[-1] >= n_ref else None
-        if ang is not None:
-            evidence["angle_error_rad"] = ang
+        evidence["candidate_layout"] = fit.st.layout + (" (q/k rows permuted)" if fit.st.permuted else "")
+        if fit.fq.theta.shape[-1] >= n_ref:
+            evidence["angle_error_rad"] = _angle_error(fit.fq.theta[:, :n_ref], pr.theta_ref)
         return _fail("rope.layout_mismatch",
-                     f"The candidate pairs q/k dims as {st.describe()}, the reference (through the weight "
-                     f"map) as {ref_equiv[0].describe()}: the rotary layouts differ (residual "
-                     f"{ref_fit[0]:.3g} under the reference's pairing, {best_res:.2g} under the "
+                     f"The candidate pairs q/k dims as {fit.st.describe()}, the reference (through the weight "
+                     f"map) as {fit.ref_equiv[0].describe()}: the rotary layouts differ (residual "
+                     f"{fit.ref_residual:.3g} under the reference's pairing, {fit.residual:.2g} under the "
                      "candidate's).", evidence, where)
     if rot_dim != pr.rotary_dim_ref:
         return _fail("rope.partial_rotary_mismatch",
                      f"The candidate rotates {rot_dim} of {pr.head_dim} head dims, the reference "
                      f"{pr.rotary_dim_ref}.", evidence, where)
-
-    # Angles: reference, then the hypotheses in order.
-    th_q, th_k = fq.theta[:, :n_ref], fk.theta[:, :n_ref]
-    e_ref = max(_angle_error(th_q, pr.theta_ref), _angle_error(th_k, pr.theta_ref))
-    scale_c = float(torch.cat([fq.scale.flatten(), fk.scale.flatten()]).mean())
-    evidence.update({"angle_error_rad": e_ref, "reference_attention_scaling": pr.scale_ref,
-                     "candidate_attention_scaling": scale_c})
-    series = _error_series(th_q, pr.theta_ref, pr.positions)
-    ctx.extras["rope_error_vs_position"] = series
-    if e_ref <= tol["angle"] and abs(scale_c - pr.scale_ref) <= 10 * tol["angle"]:
-        return ok(P, f"The candidate's RoPE matches the reference ({st.describe()}; max angle error "
-                  f"{e_ref:.2g} rad).", {"angle_error_rad": e_ref, "candidate_structure": st.describe()})
-    return _explain(pr, ref_site, th_q, th_k, e_ref, tol, evidence, series, where)
+    return None
 
 
 def _explain(pr: Probe, ref_site: RotarySite, th_q, th_k, e_ref, tol, evidence, series,
              where: Where) -> Finding:
-    import torch
-
+    """Try the angle hypotheses in order — position offset, scaling ignored, another
+    rope_theta, low precision — and name the first that explains the angles; else
+    ``rope.unexplained`` with the numbers."""
     pos = pr.positions
     w_ref, _ = fit_frequencies(pr.theta_ref, pos)
     params = rope_parameters(ref_site)
     base_ref = params.get("rope_theta") or float(_nice(fit_base(w_ref)[0]))
     rope_type = params.get("rope_type", "default")
 
-    # 1. position offset (q and k separately)
     kq, eq = _best_offset(th_q, w_ref, pos)
-    kk, ek = _best_offset(th_k, w_ref, pos)
-    if (kq or kk) and max(eq, ek) <= tol["angle"]:
-        evidence.update({"offset": kq if kq else kk, "offset_q": kq, "offset_k": kk})
-        return _fail("rope.position_offset",
-                     f"The candidate's rotation matches the reference's at positions shifted by "
-                     f"k={kq if kq else kk} (q shifted {kq}, k shifted {kk}; angle error {max(eq, ek):.2g} "
-                     "rad).", evidence, where)
-
-    # 2. scaling ignored: the reference's base without its rope scaling
-    if rope_type not in (None, "default"):
-        w_plain = reference_inv_freq(ref_site, scaled=False)
-        if w_plain is not None and w_plain.numel() == th_q.shape[-1]:
-            e = _angle_error_hyp(th_q, th_k, pos, w_plain)
-            if e <= tol["angle"]:
-                evidence.update({"reference_rope_type": rope_type, "candidate_rope_type": "default",
-                                 "reference_rope_theta": base_ref,
-                                 "scaling_factor": params.get("factor", ""), "hypothesis_error_rad": e})
-                return _fail("rope.scaling_ignored",
-                             f"The candidate matches the reference's base {_nice(base_ref)} without its "
-                             f"'{rope_type}' rope scaling (angle error {e:.2g} rad).", evidence, where)
-
-    # 3. another rope_theta (the reference's scaling kept)
+    found = (_offset_hypothesis(th_k, w_ref, pos, kq, eq, tol, evidence, where)
+             or _scaling_hypothesis(ref_site, rope_type, base_ref, params, th_q, th_k, pos, tol, evidence,
+                                    where))
+    if found is not None:
+        return found
     w_c, _ = fit_frequencies(th_q, pos)
     b_fit, e_theta = _fit_theta(w_c, ref_site, rope_type, th_q, th_k, pos, tol["angle"])
     evidence["candidate_rope_theta_fit"] = b_fit
-    if math.isfinite(b_fit) and abs(b_fit / base_ref - 1) > 1e-2 and e_theta <= tol["angle"]:
-        evidence.update({"reference_rope_theta": base_ref, "candidate_rope_theta": float(_nice(b_fit)),
-                         "hypothesis_error_rad": e_theta})
-        return _fail("rope.theta_mismatch",
-                     f"The candidate matches the reference with rope_theta={_nice(b_fit)}; the reference "
-                     f"uses {_nice(base_ref)} (angle error {e_theta:.2g} rad under that base).",
-                     evidence, where)
-
-    # 4. low precision: small error that grows with position
-    errs = torch.tensor([e for _, e in series], dtype=torch.float64)
-    grows = _grows(errs)
-    rel_w = float(((w_c - w_ref).abs() / w_ref.abs().clamp_min(1e-30)).max()) if w_c.numel() else 1.0
-    short = _short(series)
-    evidence["error_positions"] = [int(p) for p, _ in short]
-    evidence["error_rad"] = [float(f"{e:.3g}") for _, e in short]
-    if grows and e_ref < 0.5 and rel_w < 2e-2:
-        evidence["inv_freq_max_rel_error"] = rel_w
-        return _fail("rope.low_precision",
-                     f"The candidate's rotation angles drift from the reference's as position grows (max "
-                     f"{e_ref:.2g} rad at the last positions, {float(errs[: max(1, len(errs) // 4)].mean()):.2g} "
-                     "at the first): cos/sin or inv_freq computed in low precision.", evidence, where)
-
+    found = (_theta_hypothesis(b_fit, e_theta, base_ref, tol, evidence, where)
+             or _low_precision_hypothesis(w_c, w_ref, e_ref, series, evidence, where))
+    if found is not None:
+        return found
     evidence.update({"best_offset_q": kq, "best_offset_error_rad": eq, "theta_fit_error_rad": e_theta,
-                     "reference_rope_theta": base_ref, "inv_freq_max_rel_error": rel_w})
+                     "reference_rope_theta": base_ref})
     return _fail("rope.unexplained",
                  f"The candidate's RoPE angles differ from the reference's by up to {e_ref:.3g} rad, "
                  f"and no known fault explains it (fitted base {_nice(b_fit)}, best offset {kq}).",
                  evidence, where)
+
+
+def _offset_hypothesis(th_k, w_ref, pos, kq: int, eq: float, tol, evidence, where: Where) -> Finding | None:
+    """1. ``rope.position_offset``: q (offset ``kq``, error ``eq``) and k fitted separately."""
+    kk, ek = _best_offset(th_k, w_ref, pos)
+    if not ((kq or kk) and max(eq, ek) <= tol["angle"]):
+        return None
+    evidence.update({"offset": kq if kq else kk, "offset_q": kq, "offset_k": kk})
+    return _fail("rope.position_offset",
+                 f"The candidate's rotation matches the reference's at positions shifted by "
+                 f"k={kq if kq else kk} (q shifted {kq}, k shifted {kk}; angle error {max(eq, ek):.2g} "
+                 "rad).", evidence, where)
+
+
+def _scaling_hypothesis(ref_site: RotarySite, rope_type, base_ref: float, params, th_q, th_k, pos, tol,
+                        evidence, where: Where) -> Finding | None:
+    """2. ``rope.scaling_ignored``: the reference's base without its rope scaling."""
+    if rope_type in (None, "default"):
+        return None
+    w_plain = reference_inv_freq(ref_site, scaled=False)
+    if w_plain is None or w_plain.numel() != th_q.shape[-1]:
+        return None
+    e = _angle_error_hyp(th_q, th_k, pos, w_plain)
+    if e > tol["angle"]:
+        return None
+    evidence.update({"reference_rope_type": rope_type, "candidate_rope_type": "default",
+                     "reference_rope_theta": base_ref,
+                     "scaling_factor": params.get("factor", ""), "hypothesis_error_rad": e})
+    return _fail("rope.scaling_ignored",
+                 f"The candidate matches the reference's base {_nice(base_ref)} without its "
+                 f"'{rope_type}' rope scaling (angle error {e:.2g} rad).", evidence, where)
+
+
+def _theta_hypothesis(b_fit: float, e_theta: float, base_ref: float, tol, evidence,
+                      where: Where) -> Finding | None:
+    """3. ``rope.theta_mismatch``: another rope_theta (the reference's scaling kept)."""
+    if not (math.isfinite(b_fit) and abs(b_fit / base_ref - 1) > 1e-2 and e_theta <= tol["angle"]):
+        return None
+    evidence.update({"reference_rope_theta": base_ref, "candidate_rope_theta": float(_nice(b_fit)),
+                     "hypothesis_error_rad": e_theta})
+    return _fail("rope.theta_mismatch",
+                 f"The candidate matches the reference with rope_theta={_nice(b_fit)}; the reference "
+                 f"uses {_nice(base_ref)} (angle error {e_theta:.2g} rad under that base).",
+                 evidence, where)
+
+
+def _low_precision_hypothesis(w_c, w_ref, e_ref: float, series, evidence, where: Where) -> Finding | None:
+    """4. ``rope.low_precision``: a small error that grows with position. Records the error
+    series and the inv_freq relative error in ``evidence`` either way."""
+    import torch
+
+    errs = torch.tensor([e for _, e in series], dtype=torch.float64)
+    rel_w = float(((w_c - w_ref).abs() / w_ref.abs().clamp_min(1e-30)).max()) if w_c.numel() else 1.0
+    short = _short(series)
+    evidence["error_positions"] = [int(p) for p, _ in short]
+    evidence["error_rad"] = [float(f"{e:.3g}") for _, e in short]
+    evidence["inv_freq_max_rel_error"] = rel_w
+    if not (_grows(errs) and e_ref < 0.5 and rel_w < 2e-2):
+        return None
+    return _fail("rope.low_precision",
+                 f"The candidate's rotation angles drift from the reference's as position grows (max "
+                 f"{e_ref:.2g} rad at the last positions, {float(errs[: max(1, len(errs) // 4)].mean()):.2g} "
+                 "at the first): cos/sin or inv_freq computed in low precision.", evidence, where)
 
 
 # ----------------------------------------------------------------- helpers

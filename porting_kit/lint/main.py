@@ -52,39 +52,160 @@ def _python_script(path: Path) -> bool:
     return first.startswith(b"#!") and b"python" in first
 
 
-def iter_files(paths: Sequence[str]) -> list[str]:
+#: Files larger than this are not linted (a note says so): no quadratic pass, no unbounded read.
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+def project_excludes(start: Path) -> tuple[Path | None, list[str]]:
+    """The ``exclude`` globs of ``[tool.porting-kit]`` in the nearest ``pyproject.toml``.
+
+    Parameters
+    ----------
+    start : Path
+        The folder to search from, then its parents (as ruff finds its configuration).
+
+    Returns
+    -------
+    (Path or None, list of str)
+        The folder holding that ``pyproject.toml`` (globs are relative to it) and the
+        globs (``fnmatch`` style; ``tests/**`` excludes everything under ``tests``);
+        ``(None, [])`` when there is none.
+
+    Raises
+    ------
+    InputError
+        The pyproject.toml is not valid TOML, or ``exclude`` is not a list of strings.
+    """
+    import tomllib
+
+    for folder in [start.resolve(), *start.resolve().parents]:
+        cfg = folder / "pyproject.toml"
+        if not cfg.is_file():
+            continue
+        try:
+            data = tomllib.loads(cfg.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise InputError(f"{cfg}: cannot read it ({exc})") from exc
+        section = data.get("tool", {}).get("porting-kit", {})
+        globs = section.get("exclude", []) if isinstance(section, dict) else []
+        if not isinstance(globs, list) or not all(isinstance(g, str) for g in globs):
+            raise InputError(f"{cfg}: [tool.porting-kit] exclude must be a list of strings")
+        return folder, globs
+    return None, []
+
+
+def _excluded(path: str, root: Path | None, globs: list[str]) -> bool:
+    if root is None or not globs:
+        return False
+    from fnmatch import fnmatch
+
+    try:
+        rel = Path(path).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return False
+    return any(fnmatch(rel, g) or fnmatch(rel + "/", g) for g in globs)
+
+
+def _not_regular(path: str) -> str | None:
+    """Why ``path`` is not linted although it was listed: not a regular file, or too large."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"cannot stat it ({exc.strerror or exc})"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a FIFO, a device or a socket)"
+    if st.st_size > MAX_FILE_BYTES:
+        return f"{st.st_size / 2**20:.1f} MiB, over the {MAX_FILE_BYTES // 2**20} MiB cap"
+    return None
+
+
+def iter_files(paths: Sequence[str], notes: list[str] | None = None) -> list[str]:
     """Expand ``paths`` into the Python and YAML files to lint, in a stable order.
 
     Files named explicitly are linted when they end in ``.py`` / ``.yaml`` /
     ``.yml`` or are extension-less python scripts (a ``#!...python`` first line);
-    other files are skipped silently, as pre-commit may pass them.
+    other files are skipped silently, as pre-commit may pass them. Directories are
+    walked, leaving out what the nearest ``pyproject.toml``'s ``[tool.porting-kit]
+    exclude`` globs match. FIFOs, devices and files over :data:`MAX_FILE_BYTES` are
+    never opened: each gets a line in ``notes``.
+
+    Parameters
+    ----------
+    paths : sequence of str
+        Files and directories.
+    notes : list of str, optional
+        Receives one line per path skipped for what it is (not for its name).
+
+    Returns
+    -------
+    list of str
+        The files to lint.
 
     Raises
     ------
     InputError
         A path that does not exist.
     """
+    notes = notes if notes is not None else []
+    root, globs = project_excludes(Path.cwd())
     out: list[str] = []
     seen: set[str] = set()
+
+    def add(path: str) -> None:
+        if path in seen:
+            return
+        seen.add(path)
+        why = _not_regular(path)
+        if why:
+            notes.append(f"note: skipped {path}: {why}")
+        else:
+            out.append(path)
+
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            for root, dirs, files in os.walk(p):
+            for dirpath, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS
-                                 and not d.endswith(".egg-info"))
+                                 and not d.endswith(".egg-info")
+                                 and not _excluded(os.path.join(dirpath, d), root, globs))
                 for name in sorted(files):
-                    if name.endswith(PY_SUFFIXES + YAML_SUFFIXES):
-                        path = os.path.join(root, name)
-                        if path not in seen:
-                            seen.add(path)
-                            out.append(path)
+                    path = os.path.join(dirpath, name)
+                    if name.endswith(PY_SUFFIXES + YAML_SUFFIXES) and not _excluded(path, root, globs):
+                        add(path)
+        elif p.exists() and not p.is_file():
+            add(raw)  # a FIFO or a device named on the command line: a note, never a read
         elif p.is_file():
-            if (raw.endswith(PY_SUFFIXES + YAML_SUFFIXES) or _python_script(p)) and raw not in seen:
-                seen.add(raw)
-                out.append(raw)
+            if raw.endswith(PY_SUFFIXES + YAML_SUFFIXES) or _python_script(p):
+                add(raw)
         else:
             raise InputError(f"{raw}: no such file or directory")
     return out
+
+
+def _check_baseline_target(path: Path) -> None:
+    """Refuse a ``--write-baseline`` target that is not (or would not become) a baseline.
+
+    Raises
+    ------
+    InputError
+        A source-like name (``.py``, ``.pyi``, ``.yaml``, ``.yml``, ``.toml``, ``.ipynb``),
+        an existing file that is not a porting-kit lint baseline, or a path
+        :func:`porting_kit.fsutil.check_output_path` refuses (a link, a directory,
+        a FIFO, a device, an unwritable folder).
+    """
+    from porting_kit.fsutil import check_output_path
+
+    if path.suffix.lower() in (".py", ".pyi", ".yaml", ".yml", ".toml", ".ipynb", ".cfg"):
+        raise InputError(f"--baseline {path}: a {path.suffix} file is not a baseline; name a .json file")
+    check_output_path(path, what="--baseline", allow_stdout=False)
+    if path.exists():
+        try:
+            baseline_mod.read(path)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--baseline {path}: exists and is not a porting-kit lint baseline; "
+                             "nothing was written") from exc
 
 
 def lint_file(path: str, enabled: frozenset[str]) -> tuple[list[LintFinding], list[str]]:
@@ -97,9 +218,9 @@ def lint_file(path: str, enabled: frozenset[str]) -> tuple[list[LintFinding], li
     code = "PKY000" if is_yaml else "PK000"
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
-        text = data.decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+            data = fh.read(MAX_FILE_BYTES + 1)
+        text = data.decode("utf-8-sig") if is_yaml else _decode_source(data)
+    except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
         return ([LintFinding(path, 1, 1, code, f"cannot read file: {exc}")] if code in enabled else []), []
     if is_yaml:
         from porting_kit.lint.deploy_yaml import lint_yaml, might_be_deploy
@@ -110,6 +231,23 @@ def lint_file(path: str, enabled: frozenset[str]) -> tuple[list[LintFinding], li
     else:
         findings = lint_source(path, text, enabled)
     return findings, (text.splitlines() if findings else [])
+
+
+def _decode_source(data: bytes) -> str:
+    """Python source bytes as text, honouring a PEP 263 coding cookie (and a UTF-8 BOM).
+
+    Raises
+    ------
+    SyntaxError
+        The cookie names an encoding Python does not know.
+    UnicodeDecodeError
+        The bytes are not in the declared (or default UTF-8) encoding.
+    """
+    import io
+    import tokenize
+
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
 
 
 def _codes(value: str | None) -> list[str] | None:
@@ -127,8 +265,8 @@ def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | N
     Parameters
     ----------
     paths : sequence of str
-        Files or directories (see :func:`iter_files`); none lints nothing (exit 0),
-        as pre-commit may call the hook with no matching file.
+        Files or directories (see :func:`iter_files`); none lints the current
+        directory (as ruff does), honouring ``[tool.porting-kit] exclude``.
     select, ignore : str, optional
         Comma- (or space-) separated rule codes or prefixes to enable / disable
         (default: every rule enabled).
@@ -167,6 +305,8 @@ def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | N
         raise InputError(str(exc)) from exc
     if write_baseline and not baseline:
         raise InputError("--write-baseline needs --baseline FILE")
+    if write_baseline:
+        _check_baseline_target(Path(baseline))
     known = None
     if baseline and not write_baseline:
         if not Path(baseline).is_file():
@@ -175,7 +315,10 @@ def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | N
             known = baseline_mod.read(Path(baseline))
         except (OSError, ValueError) as exc:
             raise InputError(str(exc)) from exc
-    files = iter_files(paths)
+    notes: list[str] = []
+    files = iter_files(list(paths) or ["."], notes)
+    for note in notes:
+        print(note, file=sys.stderr)
 
     found: list[tuple[LintFinding, tuple]] = []
     for done, path in enumerate(files, 1):
@@ -187,7 +330,10 @@ def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | N
             progress(done, len(files))
 
     if write_baseline:
-        n = baseline_mod.write(Path(baseline), [key for _, key in found])
+        try:
+            n = baseline_mod.write(Path(baseline), [key for _, key in found])
+        except OSError as exc:
+            raise InputError(f"--baseline {baseline}: cannot write it ({exc.strerror or exc})") from exc
         print(f"wrote {n} finding(s) to baseline {baseline}", file=out)
         return EXIT_OK
     findings = baseline_mod.new_findings(found, known) if known is not None else [f for f, _ in found]

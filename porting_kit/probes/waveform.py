@@ -727,6 +727,10 @@ def _drift(ref: np.ndarray, cand: np.ndarray, sr: int, cmp: WaveformComparison) 
 # --------------------------------------------------------------------------- files
 
 
+#: Longest file ``read_audio`` accepts, in seconds: the comparison and its plots stay bounded.
+MAX_AUDIO_SECONDS = 600.0
+
+
 def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     """Read a WAV/FLAC/OGG file with soundfile.
 
@@ -744,7 +748,8 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     Raises
     ------
     InputError
-        Missing, a directory, unreadable, corrupt or empty (one line naming the file).
+        Missing, a directory, not a regular file (a FIFO is never opened), longer than
+        :data:`MAX_AUDIO_SECONDS`, unreadable, corrupt or empty (one line naming the file).
     """
     import soundfile as sf
 
@@ -753,6 +758,17 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
         raise InputError(f"{p}: audio file not found")
     if p.is_dir():
         raise InputError(f"{p}: is a directory; give an audio file (WAV/FLAC)")
+    if not p.is_file():
+        raise InputError(f"{p}: not a regular file (a FIFO, a device or a socket); give an audio file")
+    try:
+        info = sf.info(str(p))
+    except Exception as exc:  # noqa: BLE001 - as below
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{p}: cannot read audio ({msg}); give a WAV or FLAC file") from exc
+    if info.samplerate > 0 and info.frames / info.samplerate > MAX_AUDIO_SECONDS:
+        raise InputError(f"{p}: {info.frames / info.samplerate:.0f} s of audio, over the "
+                         f"{MAX_AUDIO_SECONDS:.0f} s cap of a file comparison; cut a clip first "
+                         "(e.g. sox in.wav clip.wav trim 0 60)")
     try:
         data, sr = sf.read(str(p), dtype="float64", always_2d=True)
     except Exception as exc:  # noqa: BLE001 - soundfile raises LibsndfileError/RuntimeError/TypeError

@@ -9,6 +9,7 @@ run emits one ``skip`` finding with the reason (:func:`ok`, :func:`skip`).
 from __future__ import annotations
 
 import json
+import sys
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -246,7 +247,7 @@ class Report:
         Parameters
         ----------
         path : str or Path
-            Destination; replaced atomically (:func:`porting_kit.fsutil.atomic_write_text`),
+            Destination (``"-"``: standard output); replaced atomically (:func:`porting_kit.fsutil.atomic_write_text`),
             UTF-8, two-space indent, trailing newline. NaN/Inf evidence values are written as
             strings.
 
@@ -256,6 +257,11 @@ class Report:
             The folder cannot be written (the CLI checks the path first with
             :func:`porting_kit.fsutil.check_output_path`).
         """
-        from porting_kit.fsutil import atomic_write_text
+        from porting_kit.fsutil import STDOUT, atomic_write_text
 
-        atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        if str(path) == STDOUT:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        atomic_write_text(Path(path), text)

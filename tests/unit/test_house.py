@@ -19,7 +19,7 @@ import pytest
 PKG = Path(__file__).resolve().parents[2] / "porting_kit"
 FAMILIES = ("parity", "rope", "norm", "config", "hop", "channel", "dtype", "rng", "lifecycle", "decode",
             "sampling", "batch", "features", "tp", "cudagraph")
-CODE = re.compile(r"^(%s)\.[a-z][a-z0-9_]*$" % "|".join(FAMILIES))
+CODE = re.compile(r"^(%s)\.(?!(?:json|yaml|yml|py|toml|txt)$)[a-z][a-z0-9_]*$" % "|".join(FAMILIES))
 
 
 def _modules() -> dict[str, Path]:
