@@ -766,7 +766,7 @@ def check_stop_ids(root: Path, manifest: dict[str, Any], pipeline_rel: str, mode
     sources = manifest.get("fact_sources") or {}
     for name, label in (("stop_token_ids", "config.json"), ("generation_eos_token_ids", "generation_config.json")):
         cfg = facts.get(name)
-        if name == "generation_eos_token_ids" and facts.get("stop_token_ids"):
+        if name == "generation_eos_token_ids" and facts.get("stop_token_ids") is not None:
             break  # config.json's (codec) EOS wins; generation_config's may be the text EOS
         if cfg and not set(cfg) & set(ids):
             src = xf.Site(sources.get(name, label))
