@@ -16,7 +16,7 @@ from porting_kit.errors import InputError  # noqa: E402
 from porting_kit.report.findings import Finding, Report, Where  # noqa: E402
 from porting_kit.runner import FAMILIES, run_check  # noqa: E402
 from porting_kit.scaffold import ScaffoldOptions, ScaffoldResult, scaffold  # noqa: E402
-from porting_kit.scaffold.validate import validate_static as validate  # noqa: E402
+from porting_kit.scaffold.validate import validate  # noqa: E402
 from porting_kit.spec import Spec, list_examples, load_spec  # noqa: E402
 
 

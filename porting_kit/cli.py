@@ -393,6 +393,10 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
              serial_reason: str | None = typer.Option(None, "--serial-reason", metavar="TEXT",
                                                       help="Why upstream process-wide state forces "
                                                            "max_num_seqs: 1 (written into the deploy YAML)."),
+             trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
+                                                    help="Write trust_remote_code: true into the deploy YAML "
+                                                         "(only ever set by this flag; offered when config.json "
+                                                         "has auto_map)."),
              force: bool = typer.Option(False, "--force", help="Replace differing files, keeping .bak copies.")):
     """Generate the serving framework's files for a port (vLLM-Omni 0.30.0 or SGLang-Omni 0.1.9).
 
@@ -409,7 +413,8 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
                                   "model_type": model_type, "config": config, "out": out, "into": into}
         _ask_missing(values, interactive=sys.stdin.isatty())
         result = write_scaffold(ScaffoldOptions(**values, arch=arch, force=force, hf_id=hf_id,
-                                                max_num_seqs=max_num_seqs, serial_reason=serial_reason))
+                                                max_num_seqs=max_num_seqs, serial_reason=serial_reason,
+                                                trust_remote_code=trust_remote_code))
         console.print(f"scaffold [bold]{result.framework}[/] / {result.shape} / {escape(result.model_type)} "
                       f"-> {escape(result.root)}")
         for p in result.written:
@@ -422,36 +427,50 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
             console.print(f"  backup {p}", style="yellow", markup=False)
         for n in result.notes:
             console.print(f"  note: {n}", style="yellow", markup=False)
-        console.print(f"next: porting-kit validate --static {result.root}", markup=False)
+        console.print(f"next: porting-kit validate {result.root}", markup=False)
         return 0
 
     _exit(_guard(body))
 
 
 @app.command()
-def validate(static: Path | None = typer.Option(None, "--static", metavar="DIR", show_default=False,
-                                               help="Scaffold folder (as given to scaffold --out/--into) to "
-                                                    "validate without a GPU."),
+def validate(path: Path | None = typer.Argument(None, metavar="PATH", show_default=False,
+                                               help="A scaffold folder (as given to scaffold --out/--into) or "
+                                                    "one deploy YAML (static and consistency tiers only)."),
+             tier: str | None = typer.Option(None, "--tier", metavar="TIERS",
+                                             help="Comma-separated tiers: static, consistency, run, gpu "
+                                                  "(default: every tier that applies to PATH)."),
+             static: bool = typer.Option(False, "--static", help="Shorthand for --tier static."),
+             run: bool = typer.Option(False, "--run", help="Shorthand for --tier run."),
+             spec: Path | None = typer.Option(None, "--spec", metavar="SPEC",
+                                              help="Port spec for the gpu tier (checks in the serving dtype)."),
+             device: str | None = typer.Option(None, "--device", metavar="DEVICE",
+                                               help="Device of the run tier (default cpu)."),
              json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the JSON report here (- for standard output)."),
              stored_only: bool = typer.Option(False, "--stored-only",
                                               help="Use the stored schemas even when the framework imports."),
              model_type: str | None = typer.Option(None, "--model-type", metavar="NAME",
                                                    help="Only the scaffold of this model type."),
              debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
-    """Validate a scaffold: --static DIR against the real framework (or its stored schema); names the tier run."""
+    """Validate a scaffold or a deploy YAML tier by tier: static, consistency, run, gpu (skips say why)."""
     _DEBUG["on"] = _DEBUG["on"] or debug
 
     def body() -> int:
         from porting_kit.fsutil import check_output_path
         from porting_kit.report.render import print_report
-        from porting_kit.scaffold.validate import validate_static
+        from porting_kit.scaffold.validate import parse_tiers
+        from porting_kit.scaffold.validate import validate as run_validate
 
-        if static is None:
-            raise InputError("validate needs --static DIR: the folder given to porting-kit scaffold --out/--into "
-                             "(the GPU tier needs CUDA and a serving run; this command does not run it)")
-        check_output_path(json_path, inputs=[static])
-        report = validate_static(static, prefer_real=not stored_only, model_type=model_type)
-        print_report(report, console, title="porting-kit validate --static")
+        if path is None:
+            raise InputError("validate needs PATH: the folder given to porting-kit scaffold --out/--into, or a "
+                             "deploy YAML (one tier: porting-kit validate --static DIR)")
+        chosen = list(parse_tiers(tier) or ())
+        chosen += [name for name, on in (("static", static), ("run", run)) if on and name not in chosen]
+        check_output_path(json_path, inputs=[path])
+        report = run_validate(path, chosen or None, spec=str(spec) if spec else None, device=device,
+                              prefer_real=not stored_only, model_type=model_type)
+        ran = ",".join(chosen) if chosen else "all"
+        print_report(report, console, title=f"porting-kit validate ({ran})")
         if json_path:
             report.write_json(json_path)
         return report.exit_code

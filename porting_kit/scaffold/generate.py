@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from porting_kit.errors import InputError
-from porting_kit.scaffold.facts import ModelFacts, read_model_facts
+from porting_kit.scaffold.facts import Fact, ModelFacts, read_model_facts
 
 FRAMEWORKS = ("vllm-omni", "sglang-omni")
 SHAPES = ("two-stage", "single-stage-ar", "native-ar")
@@ -49,6 +49,14 @@ MANIFEST_DIR = ".porting-kit"
 #: Shared files of a vLLM-Omni tree that ``--into`` adds registration lines to.
 REGISTRATION_FILES = ("vllm_omni/config/pipeline_registry.py", "vllm_omni/model_executor/models/registry.py",
                       "vllm_omni/entrypoints/openai/tts_adapters/__init__.py", "benchmarks/tts/model_configs.yaml")
+#: Request fields (besides text, language, seed, max_new_tokens) the stage skeleton of each
+#: shape reads from ``additional_information``: the adapter forwards exactly these and refuses
+#: the others in ``validate()`` (a field forwarded and never read is ``consistency.field_dropped``).
+STAGE_FIELDS = {
+    "single-stage-ar": ("voice", "instructions", "ref_audio", "ref_text"),
+    "two-stage": (),
+    "native-ar": (),
+}
 #: Card the default ``gpu_memory_utilization`` is sized for (CI's smallest, L4).
 SIZING_CARD_GIB = 24.0
 
@@ -83,6 +91,10 @@ class ScaffoldOptions:
     serial_reason : str or None
         Why upstream forces ``max_num_seqs: 1`` (process-wide state other than RNG);
         written into the deploy YAML and the model.
+    trust_remote_code : bool
+        Write ``trust_remote_code: true`` into the deploy YAML. Only ever set by the
+        user (``--trust-remote-code``); a config with ``auto_map`` gets a note
+        offering it, never the setting.
     """
 
     framework: str
@@ -96,6 +108,7 @@ class ScaffoldOptions:
     hf_id: str | None = None
     max_num_seqs: int | None = None
     serial_reason: str | None = None
+    trust_remote_code: bool = False
 
 
 @dataclass
@@ -161,7 +174,97 @@ def check_model_type(name: str) -> str:
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
         raise InputError(f"model type {name!r} is not a Python identifier (use e.g. my_tts: letters, "
                          "digits, underscores, not starting with a digit)")
+    if name.startswith("__"):
+        raise InputError(f"model type {name!r} is a dunder / private name (it would shadow module attributes "
+                         "such as __init__); use e.g. my_tts")
     return name
+
+
+#: A Hub id or local path safe to show in generated files: no quotes, backslashes, whitespace.
+_HF_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:@+~")
+
+
+def check_hf_id(value: str, what: str = "--hf-id") -> str:
+    """Return ``value`` if it is a plain Hub id / path, else raise InputError.
+
+    Parameters
+    ----------
+    value : str
+        A Hugging Face Hub id (``org/name``) or a POSIX path.
+    what : str
+        The flag or config key it came from (named in the error).
+
+    Returns
+    -------
+    str
+        ``value`` unchanged.
+
+    Raises
+    ------
+    InputError
+        Empty, or holding a character outside letters, digits and ``._-/:@+~``.
+    """
+    if not value or not set(value) <= _HF_ID_CHARS:
+        raise InputError(f"{what} {value!r} is not a Hub id or plain path (letters, digits and ._-/:@+~ only)")
+    return value
+
+
+def py_literal(value) -> str:
+    """The Jinja filter ``py``: a config value as a Python literal.
+
+    Strings are written double-quoted with JSON escapes (every JSON string is a
+    Python string literal with the same value: quotes, backslashes, newlines and
+    control characters are escaped); numbers and ``True`` / ``False`` / ``None``
+    by ``repr``; lists, tuples and dicts element by element.
+
+    Parameters
+    ----------
+    value : str, int, float, bool, None, or a list / tuple / dict of these
+        A value read from a config (or derived from one).
+
+    Returns
+    -------
+    str
+        Source text that ``ast.literal_eval`` turns back into ``value``.
+
+    Raises
+    ------
+    InputError
+        A non-finite float or a value of another type (it could not be written safely).
+    """
+    if isinstance(value, str):
+        return json.dumps(value)
+    if value is None or isinstance(value, (bool, int)):
+        return repr(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(f"cannot write the non-finite value {value!r} into generated Python")
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(py_literal(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + "".join(py_literal(v) + ", " for v in value).rstrip(" ") + ")" if value else "()"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items()) + "}"
+    raise InputError(f"cannot write a {type(value).__name__} into generated Python")
+
+
+def yaml_scalar(value) -> str:
+    """The Jinja filter ``yaml``: a scalar as a YAML flow value (JSON, a subset of YAML)."""
+    py_literal(value)
+    return json.dumps(value)
+
+
+def one_line(value) -> str:
+    """The Jinja filter ``oneline``: text safe inside a comment or a docstring.
+
+    Whitespace runs (newlines included) become one space, other unprintable characters
+    ``?``, backslashes are doubled and triple quotes escaped, so the text cannot end a
+    comment, a docstring or a line.
+    """
+    text = " ".join(str(value).split())
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"').replace("'''", "\\'\\'\\'")
 
 
 def templates_root() -> Path:
@@ -174,9 +277,11 @@ def templates_root() -> Path:
 def _env():
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_root())),
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              autoescape=False)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_root())),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False)
+    env.filters.update(py=py_literal, yaml=yaml_scalar, oneline=one_line)
+    return env
 
 
 def size_gpu_memory(param_count: int | None, card_gib: float = SIZING_CARD_GIB) -> tuple[float, str]:
@@ -209,13 +314,122 @@ def size_gpu_memory(param_count: int | None, card_gib: float = SIZING_CARD_GIB) 
                   f"{max(weights, 1.0):.2f} GiB KV/activations on a {card_gib:g} GiB card")
 
 
+#: Most concurrent requests the reasoned default asks for (more is a measured choice).
+MAX_NUM_SEQS_CAP = 16
+
+
+def reason_max_num_seqs(facts: ModelFacts, util: float, max_model_len: int,
+                        card_gib: float = SIZING_CARD_GIB) -> tuple[int, str]:
+    """``max_num_seqs`` of the AR stage from the KV cache one request needs, with the reasoning.
+
+    KV bytes per token = ``2 (K, V) * layers * kv_heads * head_dim * 2 (bf16)``; one
+    request at ``max_model_len`` tokens needs that times ``max_model_len``. The
+    requests that fit in ``util * card_gib`` minus the bf16 weights, clamped to
+    ``[4, MAX_NUM_SEQS_CAP]`` (below 4 the stage serialises and leaves audio gaps;
+    vLLM preempts when a batch of long requests does not fit).
+
+    Parameters
+    ----------
+    facts : ModelFacts
+        Needs hidden_size, num_hidden_layers, num_attention_heads (num_key_value_heads
+        defaults to it) and param_count; otherwise the default 4 with "unknown".
+    util : float
+        ``gpu_memory_utilization`` of the stage.
+    max_model_len : int
+        Tokens per request (prompt + generated).
+    card_gib : float
+        GPU memory sized for, in GiB.
+
+    Returns
+    -------
+    max_num_seqs : int
+    reason : str
+        One line for the deploy YAML comment.
+    """
+    h, layers = facts.value("hidden_size"), facts.value("num_hidden_layers")
+    heads = facts.value("num_attention_heads")
+    if not (h and layers and heads and facts.param_count):
+        return 4, ("max_num_seqs 4: the config lacks hidden_size / num_hidden_layers / num_attention_heads, so "
+                   "the KV cache per request is unknown; 4 is the least that keeps audio gap-free under load.")
+    kv_heads = facts.value("num_key_value_heads", heads)
+    per_token = 2 * layers * kv_heads * (h // heads) * 2
+    per_request = per_token * max_model_len
+    budget = util * card_gib * 2**30 - 2 * facts.param_count
+    fit = int(budget // per_request) if budget > 0 else 0
+    n = max(4, min(fit, MAX_NUM_SEQS_CAP))
+    return n, (f"max_num_seqs {n}: one {max_model_len}-token request holds {per_request / 2**20:.0f} MiB of KV "
+               f"({layers} layers x {kv_heads} KV heads x {h // heads} x K,V x bf16); {fit} fit in the "
+               f"{max(budget, 0) / 2**30:.1f} GiB left after weights at gpu_memory_utilization {util} of a "
+               f"{card_gib:g} GiB card (kept within 4..{MAX_NUM_SEQS_CAP}).")
+
+
+def sampling_knobs(facts: ModelFacts) -> list[tuple[str, object, str]]:
+    """Stage-0 ``default_sampling_params`` entries that differ from vLLM's defaults, each with its source.
+
+    Parameters
+    ----------
+    facts : ModelFacts
+        ``facts.sampling`` from generation_config.json / config.json.
+
+    Returns
+    -------
+    list of (key, value, why)
+        Only non-default values; ``why`` names the file and key it came from.
+    """
+    from porting_kit.scaffold.facts import SAMPLING_KEYS
+
+    out = []
+    for name, (_spellings, default) in SAMPLING_KEYS.items():
+        fact = facts.sampling.get(name)
+        if fact is not None and fact.value != default and not (name == "top_k" and fact.value in (0, -1)):
+            out.append((name, fact.value, f"{name}: {fact.source} (vLLM's default is {default})."))
+    return out
+
+
 def _fact_lines(facts: ModelFacts) -> list[str]:
     out = []
     for name in ("sample_rate", "hop_length", "num_codebooks", "vocab_size", "stop_token_ids",
                  "rope_theta", "rope_scaling", "max_position_embeddings"):
         f = getattr(facts, name)
-        out.append(f"{name} = {f.value!r} ({f.source})" if f else f"{name}: not in config.json")
+        out.append(one_line(f"{name} = {f.value!r} ({f.source})") if f else f"{name}: not in config.json")
     return out
+
+
+def _template_facts(facts: ModelFacts) -> ModelFacts:
+    """A copy of ``facts`` whose text (config path, sources, names) is safe in comments and docstrings."""
+    import copy
+
+    safe = copy.deepcopy(facts)
+    safe.config_path = one_line(facts.config_path)
+    safe.name_or_path = one_line(facts.name_or_path) if facts.name_or_path else None
+    safe.notes = [one_line(n) for n in facts.notes]
+    for name, value in vars(safe).items():
+        if isinstance(value, Fact):
+            value.source = one_line(value.source)
+    return safe
+
+
+def _hf_id(opts: ScaffoldOptions, facts: ModelFacts, notes: list[str]) -> str:
+    """``--hf-id`` (checked), else the config's ``_name_or_path`` when it is a plain id, else a placeholder."""
+    if opts.hf_id is not None:
+        return check_hf_id(opts.hf_id)
+    name = facts.name_or_path
+    if name:
+        try:
+            return check_hf_id(name, "_name_or_path")
+        except InputError:
+            notes.append(f"config.json _name_or_path {name!r} is not a plain Hub id: your-org/{opts.model_type} "
+                         "was written instead (pass --hf-id)")
+    return f"your-org/{opts.model_type}"
+
+
+def _codec_limit(facts: ModelFacts) -> str | None:
+    """One comment line on the codec vocabulary (valid codes per codebook), or None when unknown."""
+    size = facts.codebook_size
+    if size is None:
+        return None
+    return one_line(f"codec vocabulary: codes 0..{size.value - 1} per codebook ({size.source}); compute_logits "
+                    "must mask every other id of the LM head, or a sampled id breaks the codec lookup.")
 
 
 @dataclass
@@ -231,29 +445,32 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
     m = opts.model_type
     camel = camel_case(m)
     arch = opts.arch or facts.architecture or f"{camel}ForConditionalGeneration"
-    if not arch.isidentifier():
-        raise InputError(f"architecture name {arch!r} is not a Python identifier (pass --arch)")
+    if not arch.isidentifier() or keyword.iskeyword(arch) or arch.startswith("__") or not arch.isascii():
+        raise InputError(f"architecture name {arch!r} is not a usable class name (pass --arch)")
     vocab = int(facts.value("vocab_size", 32000))
-    stop_ids = facts.value("stop_token_ids") or [2]
+    stop_ids = facts.value("stop_token_ids") or facts.value("generation_eos") or [2]
     if max(stop_ids) >= vocab:
         vocab = max(stop_ids) + 2
     eos = stop_ids[0]
     max_model_len = int(min(facts.value("max_position_embeddings", 4096), 32768))
+    util, util_why = size_gpu_memory(facts.param_count)
     max_num_seqs = opts.max_num_seqs
+    reasoned, reasoned_why = reason_max_num_seqs(facts, util, max_model_len)
     if opts.serial_reason:
         max_num_seqs = 1
     elif max_num_seqs is None:
-        max_num_seqs = 4
+        max_num_seqs = reasoned
     elif max_num_seqs < 4:
         raise InputError(f"--max-num-seqs {max_num_seqs} is below 4: give the reason with --serial-reason "
                          "(upstream process-wide state), or use 4 or more")
-    util, util_why = size_gpu_memory(facts.param_count)
-    hf_id = opts.hf_id or facts.name_or_path or f"your-org/{m}"
+    notes: list[str] = []
+    hf_id = _hf_id(opts, facts, notes)
     if opts.serial_reason:
-        seqs_why = f"max_num_seqs 1: {opts.serial_reason.strip()} Generation must stay serial."
+        seqs_why = f"max_num_seqs 1: {one_line(opts.serial_reason)} Generation must stay serial."
+    elif opts.max_num_seqs is None:
+        seqs_why = reasoned_why
     else:
-        seqs_why = ("max_num_seqs: at least 4 concurrent requests; fewer leaves audio gaps "
-                    "when the batch window rotates under load.")
+        seqs_why = f"max_num_seqs {max_num_seqs}: set with --max-num-seqs (the KV estimate gave {reasoned})."
     mml_src = facts.max_position_embeddings.source if facts.max_position_embeddings else "default 4096"
     stage0: list[tuple[str, object, str]] = [("max_num_seqs", max_num_seqs, seqs_why),
               ("gpu_memory_utilization", util, f"gpu_memory_utilization: {util_why}.")]
@@ -267,6 +484,7 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         ("max_model_len", max_model_len, f"max_model_len: from {mml_src}."),
         ("devices", '"0"', "devices: one GPU."),
     ]
+    codebooks = int(facts.value("num_codebooks", 8))
     stage1 = [
         ("max_num_seqs", max(max_num_seqs, 4), ("max_num_seqs: the codec decodes the chunks of every "
          "live stage-0 request; keep it at least stage 0's.")),
@@ -274,22 +492,32 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         ("enforce_eager", "true", "enforce_eager: the codec skeleton has no CUDA graph path yet."),
         ("devices", '"0"', "devices: colocated with stage 0 on one GPU."),
     ]
-    stop_src = facts.stop_token_ids.source if facts.stop_token_ids else "not in config.json: set it"
+    codec_tokens = codebooks * max_model_len
+    if codec_tokens > 32768:
+        budget = 1 << (codec_tokens - 1).bit_length()
+        stage1.append(("max_num_batched_tokens", budget, (
+            f"max_num_batched_tokens: a full-payload codec prompt is {codebooks} codebooks x up to "
+            f"{max_model_len} frames = {codec_tokens} tokens, above the 32768 default.")))
+    stop_src = one_line(facts.stop_token_ids.source) if facts.stop_token_ids else \
+        facts.generation_eos.source if facts.generation_eos else "not in config.json: set it"
     values = dict(  # noqa: C408 - keyword form reads as the template variables
         kit_version=__version__, shape=opts.shape, model_type=m, camel=camel, arch=arch,
-        const_name=f"{m.upper()}_PIPELINE", facts=facts, fact_lines=_fact_lines(facts),
+        const_name=f"{m.upper()}_PIPELINE", facts=_template_facts(facts), fact_lines=_fact_lines(facts),
         sample_rate=int(facts.value("sample_rate", 24000)), hop_length=int(facts.value("hop_length", 480)),
         num_codebooks=int(facts.value("num_codebooks", 8)), vocab_size=vocab, eos_id=eos,
         continue_id=0 if eos != 0 else 1, stop_token_ids=list(stop_ids), stop_source=stop_src,
         rope_theta=float(facts.value("rope_theta", 10000.0)), max_model_len=max_model_len,
-        serial_reason=(opts.serial_reason or "").strip(), hf_id=hf_id, max_num_seqs=max_num_seqs,
+        serial_reason=one_line(opts.serial_reason or ""), hf_id=hf_id, max_num_seqs=max_num_seqs,
         stage0=m, stage1=f"{m}_code2wav", codec_arch=f"{camel}Code2Wav", codec_class=f"{camel}Code2Wav",
         model_class=(f"{camel}ForGeneration" if opts.shape == "single-stage-ar"
                      else f"{camel}TalkerForConditionalGeneration"),
         adapter_class=f"{camel}TTSAdapter", stage0_knobs=stage0, stage1_knobs=stage1,
         stage_ids=[0, 1] if opts.shape == "two-stage" else [0],
         sglang_version=SGLANG_OMNI_VERSION, sglang_package=f"sglang_omni.models.{m}",
-        engine_fraction=min(0.8, util + 0.1), param_note=util_why,
+        engine_fraction=min(0.8, util + 0.1), param_note=util_why, notes=notes,
+        sampling_knobs=sampling_knobs(facts), codec_limit=_codec_limit(facts),
+        trust_remote_code=bool(opts.trust_remote_code), accumulate_nonstreaming=opts.shape == "single-stage-ar",
+        stage_fields=STAGE_FIELDS[opts.shape],
     )
     return _Context(values)
 
@@ -500,9 +728,14 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         "const_name": ctx["const_name"], "hf_id": ctx["hf_id"],
         "files": {f.kind + ":" + f.path: f.path for f in files},
         "registration_files": list(REGISTRATION_FILES) if (into and opts.framework == "vllm-omni") else [],
-        "facts": {name: (getattr(facts, name).value if getattr(facts, name) else None)
-                  for name in ("sample_rate", "hop_length", "num_codebooks", "vocab_size",
-                               "stop_token_ids", "rope_theta")},
+        "facts": {**{name: (getattr(facts, name).value if getattr(facts, name) else None)
+                     for name in ("sample_rate", "hop_length", "num_codebooks", "vocab_size",
+                                  "stop_token_ids", "rope_theta", "codebook_size")},
+                  "generation_eos_token_ids": facts.value("generation_eos")},
+        "fact_sources": {name: f"{Path(facts.config_path).name} {getattr(facts, name).source}"
+                         for name in ("stop_token_ids", "num_codebooks", "codebook_size") if getattr(facts, name)}
+        | ({"generation_eos_token_ids": facts.generation_eos.source} if facts.generation_eos else {}),
+        "trust_remote_code": bool(opts.trust_remote_code),
     }
     files.append(PlannedFile(manifest_rel, json.dumps(manifest, indent=2) + "\n", "manifest"))
 
@@ -533,6 +766,11 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         atomic_write_text(_safe_target(root, rel), new)
         result.registrations.append(rel)
     result.manifest = manifest_rel
+    result.notes += ctx["notes"]
+    if facts.auto_map and not opts.trust_remote_code and opts.framework == "vllm-omni":
+        result.notes.append("config.json has auto_map: the model's code ships with the checkpoint and loading it "
+                            "needs trust_remote_code; rerun with --trust-remote-code to write trust_remote_code: "
+                            "true into the deploy YAML (never set without asking)")
     if facts.rope_scaling is not None:
         result.notes.append(f"config.json sets RoPE scaling ({facts.rope_scaling.source} = "
                             f"{dict(facts.rope_scaling.value)}): the port must apply it (porting-kit check: rope)")

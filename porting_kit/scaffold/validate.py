@@ -1,7 +1,45 @@
-"""Static validation of a scaffold (``porting-kit validate --static DIR``).
+"""Validation of a scaffold or a deploy YAML, tier by tier (``porting-kit validate PATH [--tier ...]``).
 
-Two layers, both reported as ``scaffold.*`` findings in one :class:`Report`
-(command ``validate``):
+Every tier code is built here; each tier is a finding family with its ``.ok``
+on pass and one ``.skipped`` finding (with the reason) when it cannot run:
+
+===============  =====================  ==================================================
+tier             family                 what it checks
+===============  =====================  ==================================================
+``static``       ``scaffold.*``         each file against the framework's schema (below)
+``consistency``  ``consistency.*``      the files agree with each other and the config
+``run``          ``run.*``              the pipeline driven end to end (:func:`run_tier`)
+``gpu``          ``gpu.*``              serving dtype, load, speed on CUDA (:func:`gpu_tier`)
+===============  =====================  ==================================================
+
+:func:`validate` is the one library call (CLI, JSON, notebooks). PATH may be a
+single deploy YAML: static + consistency, paired with the ``pipeline.py`` of the
+same vLLM-Omni tree that names it (``pipeline:`` key or
+``default_deploy_config_name``), with its ``base_config`` chain followed; a side
+config kept in ``deploy/`` (no ``stages:``, no deploy key) is skipped as lint skips it.
+
+Consistency codes (facts read by :mod:`porting_kit.scaffold.crossfile`; each
+finding names both files and lines):
+
+==================================  =====================================================
+code                                meaning
+==================================  =====================================================
+``consistency.handoff_shape``       codes per frame: stage 0 emits != the stage-input
+                                    processor accepts != stage 1 un-flattens
+``consistency.stop_ids``            pipeline stop ids miss the config.json (or
+                                    generation_config.json) EOS, or disagree with the
+                                    model file's ``STOP_TOKEN_IDS`` / the deploy's
+``consistency.field_dropped``       a request field the adapter reads (ref_text, ref_audio,
+                                    voice/speaker, language) is not forwarded, or no
+                                    file of the entry stage reads its key
+``consistency.key_mismatch``        a payload key (``meta.left_context_size``), connector
+                                    name, stage edge (``to_stage_N``), connector ``extra``
+                                    chunk key or SGLang factory name written under one
+                                    name and read under another
+``consistency.ok``                  none of these
+==================================  =====================================================
+
+The static tier has two layers, both reported as ``scaffold.*`` findings:
 
 1. **Strict checks of porting-kit's own**, with the allowed keys taken from the
    framework's real dataclasses / pydantic models (or their stored field lists
@@ -88,10 +126,12 @@ def load_manifests(root: Path) -> list[dict[str, Any]]:
 
 def _yaml_with_lines(path: Path):
     """Round-trip load (keeps line numbers and comments) or raise ValueError."""
-    from ruamel.yaml import YAML
+    from porting_kit.scaffold.crossfile import load_yaml_rt
 
     try:
-        return YAML(typ="rt").load(path.read_text(encoding="utf-8"))
+        return load_yaml_rt(path)
+    except FileNotFoundError:
+        raise
     except Exception as exc:  # noqa: BLE001 - ruamel raises many types
         raise ValueError(str(exc).splitlines()[0]) from None
 
@@ -226,6 +266,10 @@ def check_deploy_yaml(root: Path, rel: str, schema, pipeline_ids: list[int] | No
     return out
 
 
+#: vLLM-Omni's abstract adapter bases: a subclass of only these must define build() itself.
+_ABSTRACT_ADAPTERS = frozenset({"TTSModelAdapter", "ARTTSAdapter", "DiffusionTTSAdapter"})
+
+
 def check_adapter(root: Path, rel: str, model_type: str, entry_stage: str | None) -> list[Finding]:
     """Adapter contract: registered class with ``name``, ``stage_keys`` (covering the
     entry stage), ``validate`` and async ``build`` that forwards what it reads."""
@@ -259,6 +303,9 @@ def check_adapter(root: Path, rel: str, model_type: str, entry_stage: str | None
         out.append(_f("scaffold.adapter_name_mismatch", "fail",
                       f"{rel}:{cls.lineno}: adapter name {name!r} != model type {model_type!r}", rel, line=cls.lineno))
     build = next((n for n in cls.body if isinstance(n, ast.AsyncFunctionDef) and n.name == "build"), None)
+    inherited = [ast.unparse(b) for b in cls.bases if ast.unparse(b).rsplit(".", 1)[-1] not in _ABSTRACT_ADAPTERS]
+    if build is None and inherited:
+        return out  # build() comes from a concrete adapter it subclasses (judged there)
     if build is None:
         out.append(_f("scaffold.adapter_build_failed", "fail", f"{rel}: {cls.name} has no async build()", rel))
         return out
@@ -429,35 +476,62 @@ def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool =
 
 
 # -- SGLang-Omni -----------------------------------------------------------------------------
+def _is_stage_call(node: ast.AST) -> bool:
+    name = None
+    if isinstance(node, ast.Call):
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    return bool(name) and name.endswith("StageConfig")
+
+
+def _stage_groups(tree: ast.Module) -> list[tuple[list[dict[str, Any]], bool]]:
+    """Each literal list / tuple of ``*StageConfig(...)`` calls (one pipeline's stages) as
+    ``(stages, complete)``; ``complete`` is False when the list also holds other
+    expressions (a helper call, a starred list), so the names seen are not all the names."""
+    groups = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)) and any(_is_stage_call(e) for e in node.elts):
+            stages = [{kw.arg: _kw_const(e, kw.arg) for kw in e.keywords if kw.arg}
+                      | ({"**": True} if any(kw.arg is None for kw in e.keywords) else {})
+                      for e in node.elts if _is_stage_call(e)]
+            groups.append((stages, all(_is_stage_call(e) for e in node.elts)))
+    return groups
+
+
 def _sglang_graph_checks(tree: ast.Module, rel: str) -> list[Finding]:
-    """Stored-tier version of SGLang-Omni's validate_general (from config.py's AST)."""
-    stages = []
-    for fn in ("StageConfig", "EngineStageConfig"):
-        for call in _calls(tree, fn):
-            stages.append({kw.arg: _kw_const(call, kw.arg) for kw in call.keywords if kw.arg})
-    names = [s.get("name") for s in stages]
+    """Stored-tier version of SGLang-Omni's validate_general (from config.py's AST).
+
+    Judged per literal stage list (a file may define several pipelines); a value
+    that is not a literal (a name, an f-string, ``**kwargs``) is not judged, and
+    references are checked only when the list holds nothing but stage configs.
+    """
     out = []
 
     def bad(msg):
         out.append(_f("scaffold.sglang_invalid", "fail", f"{rel}: {msg}", rel))
 
-    if len(set(names)) != len(names):
-        bad("stage names must be unique")
-    for s in stages:
-        n = s.get("name")
-        if (s.get("next") is not None) == bool(s.get("terminal")):
-            bad(f"stage {n!r} must set exactly one of next / terminal")
-        if s.get("wait_for") and not s.get("merge_fn"):
-            bad(f"stage {n!r} has wait_for but no merge_fn")
-        refs = []
-        for key in ("next", "wait_for", "stream_to"):
-            value = s.get(key)
-            refs += [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
-        for t in refs:
-            if t not in names:
-                bad(f"stage {n!r} references unknown stage {t!r}")
-        if not s.get("process") and int(s.get("tp_size") or 1) == 1:
-            bad(f"stage {n!r} (not TP) must declare process")
+    for stages, complete in _stage_groups(tree):
+        names = [s.get("name") for s in stages]
+        literal = all(isinstance(n, str) for n in names)
+        if literal and len(set(names)) != len(names):
+            bad("stage names must be unique")
+        for s in stages:
+            n = s.get("name")
+            if s.get("**") or ... in (s.get("next"), s.get("terminal")):
+                continue
+            if (s.get("next") is not None) == bool(s.get("terminal")):
+                bad(f"stage {n!r} must set exactly one of next / terminal")
+            if s.get("wait_for") and s.get("merge_fn") is None:
+                bad(f"stage {n!r} has wait_for but no merge_fn")
+            refs = []
+            for key in ("next", "wait_for", "stream_to"):
+                value = s.get(key)
+                refs += [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
+            for ref in refs if (literal and complete) else []:
+                if ref not in names:
+                    bad(f"stage {n!r} references unknown stage {ref!r}")
+            if s.get("process") is None and s.get("tp_size") in (None, 1):
+                bad(f"stage {n!r} (not TP) must declare process")
     return out
 
 
@@ -531,9 +605,474 @@ def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool
     return out
 
 
+# -- consistency tier (cross-file) -------------------------------------------------------------
+def _c(code: str, status: str, message: str, a, b=None, hint: str = "", **evidence) -> Finding:
+    """A ``consistency.*`` finding naming both ends (:class:`~porting_kit.scaffold.crossfile.Site`)."""
+    ev = {"file": a.file, "line": a.line, **({"other_file": b.file, "other_line": b.line} if b else {}), **evidence}
+    return Finding("consistency", code, status, message, {k: v for k, v in ev.items() if v is not None},
+                   Where(candidate=str(a), reference=str(b) if b else None), hint)
+
+
+def _manifest_file(manifest: dict[str, Any], suffix: str) -> str | None:
+    return next((v for v in manifest["files"].values() if v.endswith(suffix)), None)
+
+
+def _tree(root: Path, rel: str | None):
+    from porting_kit.scaffold.crossfile import parse
+
+    return parse(root / rel) if rel else None
+
+
+def check_handoff_shape(root: Path, producer: str, processor: str, consumer: str) -> list[Finding]:
+    """``consistency.handoff_shape``: codes per frame emitted by stage 0 vs accepted by the
+    stage-input processor vs un-flattened by stage 1 (each read where the code states it)."""
+    from porting_kit.scaffold import crossfile as xf
+
+    trees = [_tree(root, rel) for rel in (producer, processor, consumer)]
+    if None in trees:
+        return []  # unparsable files are the static tier's finding
+    emitted = xf.emitted_width(trees[0], producer)
+    accepted = xf.accepted_width(trees[1], processor)
+    decoded = xf.consumer_width(trees[2], consumer)
+    out = []
+    if emitted and accepted and emitted.value != accepted.value:
+        out.append(_c("consistency.handoff_shape", "fail",
+                      f"{emitted.site}: stage 0 emits codec frames of {emitted.value} codes ({emitted.how}) but "
+                      f"{accepted.site}: the stage-input processor accepts only (frames, {accepted.value}) "
+                      f"({accepted.how}); every chunk would be rejected or mis-split",
+                      emitted.site, accepted.site,
+                      "Emit every codebook of the frame (e.g. prepend the LM-sampled codebook 0) or make the "
+                      "processor expect what stage 0 emits.", emitted=emitted.value, accepted=accepted.value))
+    if accepted and decoded and accepted.value != decoded.value:
+        out.append(_c("consistency.handoff_shape", "fail",
+                      f"{accepted.site}: the stage-input processor passes frames of {accepted.value} codes but "
+                      f"{decoded.site}: stage 1 un-flattens {decoded.value} codebooks per frame",
+                      accepted.site, decoded.site, "Use one codebook count in both files (config.json's).",
+                      accepted=accepted.value, decoded=decoded.value))
+    return out
+
+
+def _key_mismatches(written, reads, what: str) -> list[Finding]:
+    """Reads of a key that is written under another name (same last segment, other qualifier)."""
+    full = {w.key for w in written}
+    prefixes = {k.split(".", 1)[0] for k in full if "." in k}
+    read_names = {r.key for r in reads}
+    out, seen = [], set()
+    for r in reads:
+        if r.key in full or r.key in prefixes or r.key in seen:
+            continue
+        tail = r.key.rsplit(".", 1)[-1]
+        for w in written:
+            if w.key == r.key or w.key.rsplit(".", 1)[-1] != tail:
+                continue
+            qualifier = w.key.split(".", 1)[0] if "." in w.key else None
+            if "." not in r.key and qualifier in read_names:
+                continue  # read nested: info.get("meta").get("left_context_size")
+            seen.add(r.key)
+            out.append(_c("consistency.key_mismatch", "fail",
+                          f"{w.site}: {what} written as '{w.key}' but {r.site}: read as '{r.key}'; the reader "
+                          "never sees the value and falls back to its default", w.site, r.site,
+                          f"Read '{w.key}' (the flattened payload key) or write '{r.key}'.",
+                          written=w.key, read=r.key))
+            break
+    return out
+
+
+def check_payload_keys(root: Path, producer: str, processor: str, consumer: str) -> list[Finding]:
+    """``consistency.key_mismatch`` along the handoff: producer -> processor, processor -> consumer."""
+    from porting_kit.scaffold import crossfile as xf
+
+    trees = [_tree(root, rel) for rel in (producer, processor, consumer)]
+    if None in trees:
+        return []
+    out = _key_mismatches(xf.written_payload_keys(trees[0], producer), xf.read_keys(trees[1], processor),
+                          "the stage-0 output")
+    out += _key_mismatches(xf.written_payload_keys(trees[1], processor), xf.read_keys(trees[2], consumer),
+                           "the stage-1 payload")
+    return out
+
+
+def check_connectors(deploy, deploy_rel: str, pipeline_ids: list[int] | None,
+                     processor_reads=()) -> list[Finding]:
+    """``consistency.key_mismatch`` for connectors: a stage names an undefined connector, an edge
+    to/from a stage that does not exist, an output/input pair naming different connectors, or a
+    processor reading a connector ``extra`` key the deploy writes under another name."""
+    import difflib
+
+    from porting_kit.scaffold import crossfile as xf
+
+    out: list[Finding] = []
+    defined = deploy.connectors
+    conn_site = xf.Site(deploy_rel, xf.yaml_line(deploy.doc, "connectors"))
+    refs = xf.deploy_stage_connectors(deploy.doc)
+    known_ids = set(pipeline_ids) if pipeline_ids is not None else set(deploy.stage_ids)
+    by_edge = {(r.stage_id, r.direction, r.edge): r for r in refs}
+    for r in refs:
+        site = xf.Site(deploy_rel, r.line)
+        if defined and r.connector not in defined:
+            out.append(_c("consistency.key_mismatch", "fail",
+                          f"{site}: stage {r.stage_id} {r.direction}_connectors names connector '{r.connector}' but "
+                          f"{conn_site}: connectors defines only {sorted(map(str, defined))}", site, conn_site,
+                          "Use the name under connectors:.", key=r.connector))
+        prefix = "to_stage_" if r.direction == "output" else "from_stage_"
+        other = r.edge[len(prefix):] if r.edge.startswith(prefix) else None
+        if other is None or not other.isdigit():
+            continue
+        if known_ids and int(other) not in known_ids:
+            out.append(_c("consistency.key_mismatch", "fail",
+                          f"{site}: stage {r.stage_id} has {r.edge} but there is no stage {other} "
+                          f"(stages: {sorted(known_ids)})", site, conn_site, "Name an existing stage id.",
+                          key=r.edge))
+        if r.direction == "output":
+            peer = by_edge.get((int(other), "input", f"from_stage_{r.stage_id}"))
+            if peer is not None and peer.connector != r.connector:
+                peer_site = xf.Site(deploy_rel, peer.line)
+                out.append(_c("consistency.key_mismatch", "fail",
+                              f"{site}: stage {r.stage_id} sends to stage {other} over '{r.connector}' but "
+                              f"{peer_site}: stage {other} receives from stage {r.stage_id} over '{peer.connector}'",
+                              site, peer_site, "Name one connector on both ends.", key=r.connector))
+    extra_keys: dict[str, Any] = {}
+    for name, body in defined.items():
+        extra = body.get("extra") if isinstance(body, dict) else None
+        if isinstance(extra, dict):
+            for k in extra:
+                extra_keys.setdefault(str(k), xf.Site(deploy_rel, xf.yaml_line(extra, k)))
+    for read in processor_reads:
+        if read.key in extra_keys or not extra_keys:
+            continue
+        close = difflib.get_close_matches(read.key, list(extra_keys), n=1, cutoff=0.75)
+        if close:
+            w = extra_keys[close[0]]
+            out.append(_c("consistency.key_mismatch", "fail",
+                          f"{w}: the connector's extra sets '{close[0]}' but {read.site}: the processor reads "
+                          f"'{read.key}' and falls back to its default", w, read.site,
+                          "Use one key name in the deploy YAML and the processor.", written=close[0], read=read.key))
+    return out
+
+
+def check_stop_ids(root: Path, manifest: dict[str, Any], pipeline_rel: str, model_rel: str | None,
+                   deploy_rel: str) -> list[Finding]:
+    """``consistency.stop_ids``: the pipeline's stop token ids vs the model config / generation
+    config EOS, the model file's ``STOP_TOKEN_IDS`` and the deploy's default sampling params."""
+    from porting_kit.scaffold import crossfile as xf
+
+    tree = _tree(root, pipeline_rel)
+    found = xf.pipeline_stop_ids(tree, pipeline_rel) if tree is not None else None
+    if found is None:
+        return []
+    ids, site = found
+    out = []
+    facts = manifest.get("facts") or {}
+    sources = manifest.get("fact_sources") or {}
+    for name, label in (("stop_token_ids", "config.json"), ("generation_eos_token_ids", "generation_config.json")):
+        cfg = facts.get(name)
+        if name == "generation_eos_token_ids" and facts.get("stop_token_ids") is not None:
+            break  # config.json's (codec) EOS wins; generation_config's may be the text EOS
+        if cfg and not set(cfg) & set(ids):
+            src = xf.Site(sources.get(name, label))
+            out.append(_c("consistency.stop_ids", "fail",
+                          f"{site}: stage 0 stops on {ids} but {src}: the model's EOS is {cfg}; generation "
+                          "would run to max_tokens", site, src, f"Stop on {cfg}.", pipeline=str(ids), config=str(cfg)))
+    model_tree = _tree(root, model_rel)
+    assigns = [n for n in model_tree.body if isinstance(n, ast.Assign)
+               and any(getattr(t, "id", "") == "STOP_TOKEN_IDS" for t in n.targets)] if model_tree is not None else []
+    for node in assigns[-1:]:  # the value the module ends with
+        try:
+            model_ids = ast.literal_eval(node.value)
+        except ValueError:
+            model_ids = None
+        if isinstance(model_ids, (list, tuple)) and set(model_ids) != set(ids):
+            msite = xf.Site(model_rel, node.lineno)
+            out.append(_c("consistency.stop_ids", "fail",
+                          f"{site}: the pipeline stops on {ids} but {msite}: the model ends on {list(model_ids)}",
+                          site, msite, "Use one list of stop ids.", pipeline=str(ids), model=str(list(model_ids))))
+    try:
+        deploy = xf.resolve_deploy(root / deploy_rel)
+    except ValueError:
+        return out
+    stages = deploy.doc.get("stages")
+    for st in stages if isinstance(stages, list) else []:
+        params = st.get("default_sampling_params") if isinstance(st, dict) else None
+        dids = params.get("stop_token_ids") if isinstance(params, dict) else None
+        if isinstance(dids, list) and dids and st.get("stage_id") == 0 and not set(dids) & set(ids):
+            dsite = xf.Site(deploy_rel, xf.yaml_line(params, "stop_token_ids"))
+            out.append(_c("consistency.stop_ids", "fail",
+                          f"{dsite}: the deploy stops stage 0 on {list(dids)} but {site}: the pipeline on {ids}",
+                          dsite, site, "Stop ids belong in pipeline.py; remove them here or make them agree.",
+                          deploy=str(list(dids)), pipeline=str(ids)))
+    return out
+
+
+def check_fields_reach_stage(root: Path, adapter_rel: str, model_rels: list[str]) -> list[Finding]:
+    """``consistency.field_dropped``: a request field (ref_text, ref_audio, voice/speaker, language,
+    instructions) the adapter's ``build()`` reads either is not forwarded, or is forwarded under
+    a key no file of the entry stage reads."""
+    from porting_kit.scaffold import crossfile as xf
+
+    tree = _tree(root, adapter_rel)
+    models = [(rel, _tree(root, rel)) for rel in model_rels]
+    if tree is None or any(m is None for _, m in models) or not models:
+        return []
+    known = set().union(*(xf.string_constants(m) for _, m in models))
+    rel0, tree0 = models[0]
+    fwd = next((n.lineno for n in ast.walk(tree0) if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+    stage_site = xf.Site(rel0, fwd)
+    out = []
+    for f in xf.adapter_forwarded_fields(tree, adapter_rel):
+        if f.info_key is None:
+            out.append(_c("consistency.field_dropped", "fail",
+                          f"{f.site}: build() reads request.{f.field} but never stores it in additional_information, "
+                          f"so {stage_site}: the stage cannot see it", f.site, stage_site,
+                          f"Forward it into additional_information under '{f.field}'.", field=f.field))
+        elif f.info_key not in known:
+            out.append(_c("consistency.field_dropped", "fail",
+                          f"{f.site}: the adapter forwards request.{f.field} as '{f.info_key}' but {stage_site}: "
+                          f"the stage never reads '{f.info_key}' ({', '.join(model_rels)}); the request's "
+                          f"{f.field} is silently ignored", f.site, stage_site,
+                          f"Read '{f.info_key}' from runtime_additional_information in the stage model (or stop "
+                          "accepting the field).",
+                          field=f.field, key=f.info_key))
+    return out
+
+
+def _sglang_consistency(root: Path, manifest: dict[str, Any]) -> list[Finding]:
+    """config.py's dotted factory / merge_fn names vs the functions stages.py defines."""
+    from porting_kit.scaffold import crossfile as xf
+
+    files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items()}
+    config, stages = _tree(root, files.get("config")), _tree(root, files.get("stages"))
+    if config is None or stages is None:
+        return []
+    defined = {n.name for n in stages.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    out = []
+    for node in ast.walk(config):
+        if isinstance(node, ast.keyword) and node.arg in ("factory_path", "merge_fn") \
+                and isinstance(node.value, ast.JoinedStr):
+            tail = "".join(v.value for v in node.value.values if isinstance(v, ast.Constant))
+            if tail.startswith(".stages."):
+                name = tail[len(".stages."):]
+                if name not in defined:
+                    site, other = xf.Site(files["config"], node.value.lineno), xf.Site(files["stages"])
+                    out.append(_c("consistency.key_mismatch", "fail",
+                                  f"{site}: {node.arg} names stages.{name} but {other} defines no {name}()",
+                                  site, other, f"Define {name}() in stages.py or fix the name.", key=name))
+    return out
+
+
+def consistency_tier(root: Path, manifest: dict[str, Any]) -> list[Finding]:
+    """The consistency tier of one scaffold: the generated files agree with each other and the config.
+
+    ==============================  ==========================================================
+    code                            meaning
+    ==============================  ==========================================================
+    ``consistency.handoff_shape``   codes per frame: stage 0 emits != the processor accepts
+                                    != stage 1 un-flattens
+    ``consistency.stop_ids``        pipeline stop ids miss the config / generation_config EOS,
+                                    or disagree with the model file or the deploy
+    ``consistency.field_dropped``   a request field the adapter reads never reaches the stage
+    ``consistency.key_mismatch``    payload / connector / stage / chunk keys written under one
+                                    name and read under another
+    ``consistency.ok``              none of these
+    ==============================  ==========================================================
+
+    Parameters
+    ----------
+    root : Path
+        The scaffold folder.
+    manifest : dict
+        Its manifest.
+
+    Returns
+    -------
+    list of Finding
+        Each names both files and lines (message and evidence ``file``/``line``,
+        ``other_file``/``other_line``).
+    """
+    from porting_kit.scaffold import crossfile as xf
+
+    if manifest.get("framework") == "sglang-omni":
+        out = _sglang_consistency(root, manifest)
+        checked = "config.py factory names vs stages.py"
+    else:
+        m = manifest["model_type"]
+        files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items() if not k.startswith("model:")}
+        model = _manifest_file(manifest, f"/modeling_{m}.py")
+        out = []
+        checked = "stop ids, request fields, connectors"
+        processor_reads = []
+        pipeline_tree = _tree(root, files.get("pipeline"))
+        ids = [s.get("stage_id") for s in pipeline_stages(pipeline_tree)] if pipeline_tree is not None else None
+        if manifest.get("shape") == "two-stage":
+            code2wav = _manifest_file(manifest, f"/{m}_code2wav.py")
+            proc = files.get("processor")
+            if model and code2wav and proc:
+                out += check_handoff_shape(root, model, proc, code2wav)
+                out += check_payload_keys(root, model, proc, code2wav)
+                proc_tree = _tree(root, proc)
+                processor_reads = xf.connector_extra_reads(proc_tree, proc) if proc_tree is not None else []
+                checked = "handoff shape, payload keys, " + checked
+        try:
+            deploy = xf.resolve_deploy(root / files["deploy"])
+        except ValueError:
+            deploy = None  # the static tier reports an unreadable deploy YAML
+        if deploy is not None:
+            out += check_connectors(deploy, files["deploy"], ids, processor_reads)
+        out += check_stop_ids(root, manifest, files["pipeline"], model, files["deploy"])
+        if model:
+            out += check_fields_reach_stage(root, files["adapter"], [model])
+    if not any(f.status == "fail" for f in out):
+        out.append(Finding("consistency", "consistency.ok", "pass",
+                           f"{manifest['model_type']}: the generated files agree ({checked})",
+                           {"checked": checked, "model_type": manifest["model_type"]}))
+    return out
+
+
+# -- single deploy YAML --------------------------------------------------------------------------
+def _deploy_pair(path: Path):
+    """``(DeployFacts, PipelineFacts or None)`` or a ``scaffold.unparsable`` finding."""
+    from porting_kit.scaffold import crossfile as xf
+
+    try:
+        deploy = xf.resolve_deploy(path)
+    except ValueError as exc:
+        return None, _f("scaffold.unparsable", "fail", f"{path.name}: {exc}", path.name,
+                        "Fix the YAML (and its base_config chain).")
+    return deploy, xf.pipeline_for_deploy(deploy)
+
+
+def _side_config(path: Path) -> str | None:
+    """Why ``path`` is not a deploy file (a side config kept in deploy/, as lint decides), or None."""
+    from porting_kit.adapters.vllm_omni import schema as vo
+    from porting_kit.adapters.vllm_omni.deploy_keys import is_deploy_doc
+
+    try:
+        doc = _yaml_with_lines(path)
+    except (FileNotFoundError, ValueError):
+        return None  # the static tier reports it
+    if isinstance(doc, dict) and not is_deploy_doc(doc, vo.load_schema().top_level):
+        return f"{path.name} has no stages: list and no deploy key: a side config, not a deploy YAML"
+    return None
+
+
+def deploy_file_static(path: Path) -> list[Finding]:
+    """The static tier of one deploy YAML: lint's key facts (one verdict), and, when a pipeline.py
+    of the same vLLM-Omni tree names it, stage ids the pipeline lacks (``base_config`` followed).
+
+    Parameters
+    ----------
+    path : Path
+        A vLLM-Omni deploy YAML.
+
+    Returns
+    -------
+    list of Finding
+        ``scaffold.*``; ``scaffold.ok`` when none failed.
+    """
+    from porting_kit.adapters.vllm_omni import schema as vo
+
+    rel = path.name
+    out = check_deploy_yaml(path.parent, rel, vo.load_schema(), None, single_stage=False)
+    if any(f.code == "scaffold.unparsable" for f in out):
+        return out
+    deploy, pipe = _deploy_pair(path)
+    if deploy is None:
+        return [*out, pipe]
+    paired = None
+    if pipe is not None and pipe.stage_ids is not None:
+        paired = f"{pipe.file}:{pipe.line}"
+        extra = [i for i in deploy.stage_ids if i not in pipe.stage_ids]
+        if extra:
+            out.append(_f("scaffold.stage_id_mismatch", "fail",
+                          f"{rel}: deploy stage ids {extra} are not stages of the pipeline at {paired} "
+                          f"(stages {list(pipe.stage_ids)}); merge_pipeline_deploy ignores them", rel,
+                          "Give each deploy entry the stage_id of a pipeline stage.",
+                          deploy_ids=",".join(map(str, deploy.stage_ids)),
+                          pipeline_ids=",".join(map(str, pipe.stage_ids)), pipeline=paired))
+    if not any(f.status == "fail" for f in out):
+        note = f"paired with {paired}" if paired else "no pipeline.py in its tree names it: keys only"
+        out.append(_f("scaffold.ok", "pass", f"{rel}: deploy YAML passed static validation ({note})", rel,
+                      pipeline=paired or "", base_config=" <- ".join(deploy.chain)))
+    return out
+
+
+def deploy_file_consistency(path: Path) -> list[Finding]:
+    """The consistency tier of one deploy YAML: connector names and stage edges agree
+    (``consistency.key_mismatch``), against the paired pipeline's stages when there is one."""
+    deploy, pipe = _deploy_pair(path)
+    if deploy is None:
+        return [Finding("consistency", "consistency.skipped", "skip", f"{path.name} is not readable YAML")]
+    ids = list(pipe.stage_ids) if pipe is not None and pipe.stage_ids is not None else None
+    out = check_connectors(deploy, path.name, ids)
+    if not any(f.status == "fail" for f in out):
+        out.append(Finding("consistency", "consistency.ok", "pass",
+                           f"{path.name}: connectors and stage edges agree", {"file": path.name}))
+    return out
+
+
 # -- entry points ----------------------------------------------------------------------------
+#: The tiers of ``porting-kit validate``, in run order; each is a finding family.
+TIERS = ("static", "consistency", "run", "gpu")
+#: Tier -> the family prefix of its findings.
+TIER_FAMILY = {"static": "scaffold", "consistency": "consistency", "run": "run", "gpu": "gpu"}
+#: The tiers a single deploy YAML can take (no model files to run).
+YAML_TIERS = ("static", "consistency")
+
+
+def parse_tiers(text: str | None) -> tuple[str, ...] | None:
+    """``"static,run"`` -> ``("static", "run")`` in :data:`TIERS` order; None stays None.
+
+    Parameters
+    ----------
+    text : str or None
+        Comma-separated tier names.
+
+    Returns
+    -------
+    tuple of str or None
+        The named tiers, deduplicated, in run order.
+
+    Raises
+    ------
+    InputError
+        A name not in :data:`TIERS`, or nothing named.
+    """
+    if text is None:
+        return None
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in names if t not in TIERS]
+    if bad or not names:
+        raise InputError(f"--tier takes a comma-separated list of {', '.join(TIERS)}; got {text!r}")
+    return tuple(t for t in TIERS if t in names)
+
+
+def _static_one(root: Path, manifest: dict[str, Any], prefer_real: bool) -> list[Finding]:
+    """The static tier of one scaffold: ``scaffold.*`` findings, ``scaffold.ok`` when none failed."""
+    framework = manifest.get("framework")
+    if framework == "vllm-omni":
+        part = validate_vllm_omni(root, manifest, prefer_real)
+    elif framework == "sglang-omni":
+        part = validate_sglang_omni(root, manifest, prefer_real)
+    else:
+        raise InputError(f"manifest for {manifest.get('model_type')!r} names unknown framework {framework!r}")
+    if not any(f.status == "fail" for f in part):
+        tier = next((f.evidence.get("tier") for f in part if f.code == "scaffold.tier"), "?")
+        part.append(_f("scaffold.ok", "pass", f"{framework} scaffold of {manifest['model_type']} "
+                       f"({manifest['shape']}) passed static validation (tier: {tier})",
+                       tier=tier, model_type=manifest["model_type"]))
+    return part
+
+
+def _select_manifests(root: Path, model_type: str | None) -> list[dict[str, Any]]:
+    manifests = load_manifests(root)
+    if model_type is not None:
+        manifests = [m for m in manifests if m.get("model_type") == model_type]
+        if not manifests:
+            raise InputError(f"{root} has no scaffold for model type {model_type!r}")
+    return manifests
+
+
 def validate_static(root: str | Path, *, prefer_real: bool = True, model_type: str | None = None) -> Report:
-    """Validate every scaffold recorded under ``root``.
+    """Validate every scaffold recorded under ``root`` (the static tier only).
 
     Parameters
     ----------
@@ -557,24 +1096,164 @@ def validate_static(root: str | Path, *, prefer_real: bool = True, model_type: s
     """
     start = time.perf_counter()
     root = Path(root).expanduser().resolve()
-    manifests = load_manifests(root)
-    if model_type is not None:
-        manifests = [m for m in manifests if m.get("model_type") == model_type]
-        if not manifests:
-            raise InputError(f"{root} has no scaffold for model type {model_type!r}")
     findings: list[Finding] = []
-    for manifest in manifests:
-        framework = manifest.get("framework")
-        if framework == "vllm-omni":
-            part = validate_vllm_omni(root, manifest, prefer_real)
-        elif framework == "sglang-omni":
-            part = validate_sglang_omni(root, manifest, prefer_real)
-        else:
-            raise InputError(f"manifest for {manifest.get('model_type')!r} names unknown framework {framework!r}")
-        if not any(f.status == "fail" for f in part):
-            tier = next((f.evidence.get("tier") for f in part if f.code == "scaffold.tier"), "?")
-            part.append(_f("scaffold.ok", "pass", f"{framework} scaffold of {manifest['model_type']} "
-                           f"({manifest['shape']}) passed static validation (tier: {tier})",
-                           tier=tier, model_type=manifest["model_type"]))
-        findings += part
+    for manifest in _select_manifests(root, model_type):
+        findings += _static_one(root, manifest, prefer_real)
     return Report("validate", findings, timing={"validate_s": time.perf_counter() - start})
+
+
+def _tier_skip(tier: str, reason: str) -> Finding:
+    family = TIER_FAMILY[tier]
+    return Finding(family, f"{family}.skipped", "skip", reason, {"tier": tier})
+
+
+def _scaffold_tiers(root: Path, manifest: dict[str, Any], tiers: tuple[str, ...], *, prefer_real: bool,
+                    spec: str | None, device: str | None) -> list[Finding]:
+    out: list[Finding] = []
+    sglang = manifest.get("framework") == "sglang-omni"
+    for tier in tiers:
+        if tier == "static":
+            out += _static_one(root, manifest, prefer_real)
+        elif tier == "consistency":
+            out += consistency_tier(root, manifest)
+        elif tier == "run" and sglang:
+            out.append(_tier_skip("run", f"{manifest['model_type']} is an SGLang-Omni scaffold: there is no "
+                                         "SGLang-Omni engine-contract driver (static and consistency tiers apply)"))
+        elif tier == "run":
+            out += run_tier(root, manifest, device=device or "cpu")
+        elif tier == "gpu":
+            out += gpu_tier(root, manifest, spec=spec)
+    return out
+
+
+def _yaml_tiers(path: Path, tiers: tuple[str, ...], *, spec: str | None) -> list[Finding]:
+    out: list[Finding] = []
+    side = _side_config(path)
+    for tier in tiers:
+        if tier in ("static", "consistency") and side:
+            out.append(_tier_skip(tier, side))
+        elif tier == "static":
+            out += deploy_file_static(path)
+        elif tier == "consistency":
+            out += deploy_file_consistency(path)
+        elif tier == "run":
+            out.append(_tier_skip("run", f"{path.name} is a single deploy YAML: the run tier needs a scaffold "
+                                         "folder (model files, pipeline.py, processors)"))
+        elif tier == "gpu":
+            out += gpu_tier(None, None, spec=spec)
+    return out
+
+
+def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None = None, spec: str | None = None,
+             device: str | None = None, *, prefer_real: bool = True, model_type: str | None = None) -> Report:
+    """Validate a scaffold folder or a single deploy YAML, tier by tier.
+
+    The one library call behind ``porting-kit validate``, its ``--json`` and the
+    notebooks. Each tier is a finding family with its ``.ok`` on pass and a
+    ``.skipped`` finding (with the reason) when it cannot run:
+
+    ===============  ===============  ====================================================
+    tier             family           what it checks
+    ===============  ===============  ====================================================
+    ``static``       ``scaffold.*``   each file against the framework's real schema
+    ``consistency``  ``consistency.*`` the files agree with each other and the config
+    ``run``          ``run.*``        the generated pipeline driven end to end (CPU/CUDA)
+    ``gpu``          ``gpu.*``        serving dtype, contract under load, speed (CUDA)
+    ===============  ===============  ====================================================
+
+    Parameters
+    ----------
+    path : str or Path
+        A scaffold folder (as given to ``scaffold --out`` / ``--into``) or one
+        vLLM-Omni deploy YAML (static and consistency tiers only; a pipeline.py
+        in the same vLLM-Omni tree that names it is paired with it).
+    tiers : str or sequence of str or None
+        Tiers to run (``"static,consistency"`` or a list); None runs every tier
+        that applies to ``path``.
+    spec : str or None
+        Port spec for the gpu tier (its parity checks in the serving dtype).
+    device : str or None
+        Device of the run tier (default ``"cpu"``).
+    prefer_real : bool
+        Static tier: use the real framework when it imports.
+    model_type : str or None
+        Only the scaffold of this model type (scaffold folders).
+
+    Returns
+    -------
+    Report
+        Command ``validate``; findings of each tier in :data:`TIERS` order.
+
+    Raises
+    ------
+    InputError
+        ``path`` is neither a scaffold folder nor a YAML file, an unknown tier,
+        or a model type not in the scaffold.
+    """
+    start = time.perf_counter()
+    if isinstance(tiers, str) or tiers is None:
+        chosen = parse_tiers(tiers)
+    else:
+        chosen = parse_tiers(",".join(tiers))
+    p = Path(path).expanduser().resolve()
+    if p.is_file() and p.suffix in (".yaml", ".yml"):
+        findings = _yaml_tiers(p, chosen or YAML_TIERS, spec=spec)
+    elif p.is_file():
+        raise InputError(f"{p} is neither a scaffold folder nor a deploy YAML (.yaml/.yml)")
+    elif not p.exists():
+        raise InputError(f"{p} not found (pass a scaffold folder or a deploy YAML)")
+    else:
+        findings = []
+        for manifest in _select_manifests(p, model_type):
+            findings += _scaffold_tiers(p, manifest, chosen or TIERS, prefer_real=prefer_real, spec=spec,
+                                        device=device)
+    return Report("validate", findings, timing={"validate_s": time.perf_counter() - start})
+
+
+# -- tiers owned elsewhere (replaced at merge) ---------------------------------------------------
+def run_tier(root: Path, manifest: dict, *, device: str = "cpu") -> list[Finding]:
+    """The run tier: the generated pipeline driven through the engine-contract driver.
+
+    Parameters
+    ----------
+    root : Path
+        The scaffold folder.
+    manifest : dict
+        Its ``.porting-kit/scaffold-<model>.json``.
+    device : str, default "cpu"
+        Where the stage models run.
+
+    Returns
+    -------
+    list of Finding
+        ``run.*`` findings; here one ``run.skipped`` (the tier is not built yet).
+    """
+    return [_tier_skip("run", "run tier not built")]
+
+
+def gpu_tier(root: Path | None, manifest: dict | None, *, spec: str | None = None) -> list[Finding]:
+    """The gpu tier: serving-dtype parity, contract under load, CUDA graphs, speed.
+
+    Parameters
+    ----------
+    root : Path or None
+        The scaffold folder (None for a single deploy YAML).
+    manifest : dict or None
+        Its manifest (None for a single deploy YAML).
+    spec : str or None
+        The port spec whose checks run in the serving dtype.
+
+    Returns
+    -------
+    list of Finding
+        ``gpu.*`` findings; here one ``gpu.skipped`` with the reason (CUDA absent,
+        or the tier is not built yet).
+    """
+    try:
+        import torch
+
+        cuda = bool(torch.cuda.is_available())
+    except ImportError:
+        cuda = False
+    reason = "gpu tier not built" if cuda else "CUDA absent: the gpu tier needs a CUDA device"
+    return [_tier_skip("gpu", reason)]

@@ -117,7 +117,7 @@ def test_cli_input_errors_exit_2(tmp_path, capsys):
     assert cli(["validate", "--static", str(tmp_path)]) == 2
     assert "not a porting-kit scaffold" in capsys.readouterr().err
     assert cli(["validate"]) == 2
-    assert "needs CUDA" in capsys.readouterr().err
+    assert "validate needs PATH" in capsys.readouterr().err
 
 
 # -- SGLang-Omni ------------------------------------------------------------------------------

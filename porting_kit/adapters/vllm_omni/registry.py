@@ -73,7 +73,8 @@ def add_pipeline_registration(text: str, model_type: str, const_name: str,
     Raises
     ------
     InputError
-        When ``text`` does not parse, has no import block, or has no ``OMNI_PIPELINES`` dict.
+        When ``text`` does not parse, has no import block, has no ``OMNI_PIPELINES`` dict, or maps
+        ``model_type`` to another constant (the message names the file and line).
     """
     tree = _parse(text, path)
     module = f"vllm_omni.model_executor.models.{model_type}.pipeline"
@@ -86,7 +87,14 @@ def add_pipeline_registration(text: str, model_type: str, const_name: str,
     table = _module_assign(tree, "OMNI_PIPELINES")
     if not isinstance(table, ast.Dict):
         raise InputError(f"{path}: OMNI_PIPELINES dict not found; add the registration by hand")
-    if not any(isinstance(k, ast.Constant) and k.value == model_type for k in table.keys):
+    existing = [(k, v) for k, v in zip(table.keys, table.values, strict=True)
+                if isinstance(k, ast.Constant) and k.value == model_type]
+    for key, value in existing:
+        if ast.unparse(value) != const_name:
+            raise InputError(f"{path}:{key.lineno}: OMNI_PIPELINES already maps {model_type!r} to "
+                             f"{ast.unparse(value)}, not {const_name}; nothing written (pick another --model-type "
+                             "or remove that row)")
+    if not existing:
         inserts.append((_closing_line(text, table, "OMNI_PIPELINES", path), f'    "{model_type}": {const_name},\n'))
     return _insert(text, inserts) if inserts else text
 
@@ -95,7 +103,9 @@ def add_model_registration(text: str, entries: list[tuple[str, str, str, str]],
                            path: str = "registry.py") -> str:
     """Add ``arch: (folder, module, class)`` rows to ``_OMNI_MODELS``
     (``vllm_omni/model_executor/models/registry.py``); ``entries`` are
-    ``(arch, folder, module, class_name)``.
+    ``(arch, folder, module, class_name)``. A row already there with the same
+    values is kept (running twice changes nothing); one with other values is a
+    conflict.
 
     Parameters
     ----------
@@ -114,13 +124,25 @@ def add_model_registration(text: str, entries: list[tuple[str, str, str, str]],
     Raises
     ------
     InputError
-        When ``text`` does not parse or has no ``_OMNI_MODELS`` dict.
+        When ``text`` does not parse, has no ``_OMNI_MODELS`` dict, or registers an ``arch``
+        of ``entries`` with another row (the message names the file and line).
     """
     tree = _parse(text, path)
     table = _module_assign(tree, "_OMNI_MODELS")
     if not isinstance(table, ast.Dict):
         raise InputError(f"{path}: _OMNI_MODELS dict not found; add the registration by hand")
-    present = {k.value for k in table.keys if isinstance(k, ast.Constant)}
+    present = {k.value: (k, v) for k, v in zip(table.keys, table.values, strict=True) if isinstance(k, ast.Constant)}
+    for arch, folder, module, cls in entries:
+        if arch in present:
+            key, value = present[arch]
+            try:
+                row = ast.literal_eval(value)
+            except ValueError:
+                row = None
+            if row != (folder, module, cls):
+                raise InputError(f"{path}:{key.lineno}: _OMNI_MODELS already registers {arch!r} as "
+                                 f"{ast.unparse(value)}, not {(folder, module, cls)!r}; nothing written (pass "
+                                 "another --arch or remove that row)")
     new = "".join(
         f'    "{arch}": (\n        "{folder}",\n        "{module}",\n        "{cls}",\n    ),\n'
         for arch, folder, module, cls in entries if arch not in present
