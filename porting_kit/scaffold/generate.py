@@ -174,9 +174,12 @@ def templates_root() -> Path:
 def _env():
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_root())),
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              autoescape=False)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_root())),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False)
+    # Config values enter generated Python only as Python literals (repr).
+    env.filters["py"] = repr
+    return env
 
 
 def size_gpu_memory(param_count: int | None, card_gib: float = SIZING_CARD_GIB) -> tuple[float, str]:
@@ -345,6 +348,7 @@ def plan_files(opts: ScaffoldOptions, facts: ModelFacts) -> tuple[list[PlannedFi
         PlannedFile(f"{models}/__init__.py", render("vllm_omni/common/init.py.j2"), "init"),
         PlannedFile(f"{models}/pipeline.py", render(f"{shape_dir}/pipeline.py.j2"), "pipeline"),
         PlannedFile(f"{models}/modeling_{m}.py", render(f"{shape_dir}/modeling.py.j2"), "model"),
+        PlannedFile(f"{models}/_vllm_seam.py", render("vllm_omni/common/vllm_seam.py.j2"), "seam"),
         PlannedFile(f"vllm_omni/deploy/{m}.yaml", render(f"{shape_dir}/deploy.yaml.j2"), "deploy"),
         PlannedFile(f"vllm_omni/entrypoints/openai/tts_adapters/{m}.py",
                     render("vllm_omni/common/adapter.py.j2"), "adapter"),
