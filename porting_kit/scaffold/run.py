@@ -419,6 +419,10 @@ class _Pipeline:
         elif isinstance(audio, torch.Tensor):
             self.frames[rid] += int(audio.shape[0]) if audio.ndim == 2 else 0
         procs = self.tree.processors
+        q = int(getattr(procs, "NUM_CODEBOOKS", 0) or 0)
+        if isinstance(audio, torch.Tensor) and (audio.ndim != 2 or (q and audio.shape[1] != q)):
+            self._handoff(0, f"codes.audio of one row is {tuple(audio.shape)}; the processor takes "
+                          f"(rows, NUM_CODEBOOKS={q})", self.tree.models[0], "forward")
         m = self.tree.stages[0]
         request = self.requests[rid]
         if self.async_chunk:

@@ -605,10 +605,10 @@ RUN_HINTS = {
 }
 
 
-def _run_finding(code: str, status: str, message: str, file: str | None = None, line: int | None = None,
+def _run_finding(code: str, status: str, message: str, at: tuple[str | None, int | None] = (None, None),
                  hint: str = "", **evidence) -> Finding:
     check = code.split(".", 1)[0]
-    where = f"{file}:{line}" if file and line else file
+    where = f"{at[0]}:{at[1]}" if at[0] and at[1] else at[0]
     return Finding(check, code, status, message, {k: v for k, v in evidence.items() if v is not None},
                    Where(candidate=where), hint or RUN_HINTS.get(code, ""))
 
@@ -632,7 +632,7 @@ def run_findings(facts) -> list[Finding]:
     if f is not None:
         code = {"exception": "run.stage_exception", "handoff_shape": "run.handoff_shape"}.get(f.kind, "run.no_audio")
         at = f" ({f.file}:{f.line})" if f.file else ""
-        out.append(_run_finding(code, "fail", f"Stage {f.stage}, {f.where}{at}: {f.message}", f.file, f.line,
+        out.append(_run_finding(code, "fail", f"Stage {f.stage}, {f.where}{at}: {f.message}", (f.file, f.line),
                                 stage=f.stage, call=f.where, file=f.file, line=f.line, **common))
         return out
     silent = [rid for rid, n in facts.samples.items() if n == 0]
