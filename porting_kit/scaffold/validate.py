@@ -41,6 +41,23 @@ Two layers, both reported as ``scaffold.*`` findings in one :class:`Report`
 
 A ``scaffold.tier`` finding says which tier ran: ``pass`` for the real
 framework, ``skip`` (with the reason) when only the stored schema was used.
+
+3. **The run tier** (:func:`run_tier`, at the end of this module): the generated
+   pipeline driven end to end by :func:`porting_kit.scaffold.run.run_pipeline`:
+
+   ==================================  =====================================================
+   code                                meaning
+   ==================================  =====================================================
+   ``run.ok``                          ran end to end (evidence ``seam: real|stand-ins``)
+   ``run.stage_exception``             a stage model / processor raised (stage, file:line)
+   ``run.handoff_shape``               producer / processor / consumer disagree (rows per
+                                       request, codes layout, left context, samples =
+                                       frames x hop length)
+   ``run.no_audio``                    a request finished without audio
+   ``rng.crosstalk``                   a batched request's audio differs from its solo run
+   ``rng.generator_leak``              per-request state held after finish / abort
+   ``run.skipped``                     (skip) SGLang-Omni: no engine driver
+   ==================================  =====================================================
 """
 
 from __future__ import annotations
