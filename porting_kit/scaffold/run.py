@@ -36,8 +36,9 @@ from types import SimpleNamespace
 from typing import Any
 
 #: The LM config the stage models are built from (shrunk: seconds on 2 CPU cores).
-TINY_LM = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "intermediate_size": 64, "rms_norm_eps": 1e-6}
+#: Head width 32: the smallest vLLM's CPU attention kernels take.
+TINY_LM = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "intermediate_size": 128, "rms_norm_eps": 1e-6}
 #: Requests: (id, text, seed, max new tokens); different lengths so they finish apart.
 RUN_REQUESTS = (("req-a", "the quick brown fox", 11, 7), ("req-b", "hello there", 22, 10),
                 ("req-c", "a longer sentence that keeps going", 33, 13), ("req-d", "one two three", 44, 9))
@@ -163,6 +164,9 @@ class _Tree:
     processors: Any
     stages: list[dict[str, Any]]
     deploy: dict[str, Any]
+    #: ``() -> VllmConfig`` when the seam's attention is vLLM's (a fresh config per pipeline).
+    real_config: Any = None
+    config_dir: Path | None = None
 
 
 def _func_name(node: ast.expr) -> str | None:
@@ -220,7 +224,14 @@ def _load_tree(root: Path, manifest: dict[str, Any]) -> _Tree:
         processors = _import(f"{package}.model_executor.stage_input_processors.{m}", root, 0,
                              "stage_input_processors")
     deploy = yaml.safe_load((root / f"vllm_omni/deploy/{m}.yaml").read_text(encoding="utf-8")) or {}
-    return _Tree(root, package, seam, models, processors, stages, deploy)
+    tree = _Tree(root, package, seam, models, processors, stages, deploy)
+    if getattr(seam, "ATTENTION_IMPL", "") == "vllm":
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="porting-kit-run-"))
+        tree.real_config = lambda: _real_vllm_config("cpu", folder)
+        tree.config_dir = folder
+    return tree
 
 
 def _unload(package: str) -> None:
@@ -264,6 +275,22 @@ class StandInUpstream:
 
 
 # -- building ---------------------------------------------------------------------------------
+def _real_vllm_config(device: str, folder: Path) -> Any:
+    """A minimal real ``VllmConfig`` for the tiny LM (its config.json written to ``folder``)."""
+    import json
+
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+
+    doc = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 256,
+           "max_position_embeddings": 512, "torch_dtype": "float32", **TINY_LM}
+    (folder / "config.json").write_text(json.dumps(doc), encoding="utf-8")
+    model = ModelConfig(model=str(folder), tokenizer=str(folder), skip_tokenizer_init=True, dtype="float32",
+                        max_model_len=512)
+    return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=16),
+                      scheduler_config=SchedulerConfig(max_num_seqs=8, max_model_len=512,
+                                                       is_encoder_decoder=False))
+
+
 def _vllm_config(device: str, async_chunk: bool) -> Any:
     hf = SimpleNamespace(**TINY_LM)
     return SimpleNamespace(
@@ -272,17 +299,26 @@ def _vllm_config(device: str, async_chunk: bool) -> Any:
         device_config=SimpleNamespace(device=device))
 
 
-def _build(tree: _Tree, stage: int, device: str, async_chunk: bool, shape: str) -> Any:
+def _build(tree: _Tree, stage: int, device: str, async_chunk: bool, shape: str,
+           real_config: Any = None) -> Any:
+    import contextlib
+
     import torch
 
     from porting_kit.adapters.vllm_omni.engine import preserved_rng_state
 
     module = tree.models[stage]
     cls = _model_class(module, None)
-    kwargs: dict[str, Any] = {"vllm_config": _vllm_config(device, async_chunk), "prefix": ""}
+    config = real_config if real_config is not None else _vllm_config(device, async_chunk)
+    kwargs: dict[str, Any] = {"vllm_config": config, "prefix": ""}
     if shape == "single-stage-ar":
         kwargs["upstream"] = StandInUpstream()
-    with preserved_rng_state():
+    current = contextlib.nullcontext()
+    if real_config is not None:  # vLLM layers read the config of the model being built
+        from vllm.config import set_current_vllm_config
+
+        current = set_current_vllm_config(real_config)
+    with preserved_rng_state(), current:
         torch.manual_seed(WEIGHT_SEED)  # noqa: PK501 - seeded random weights, RNG restored after
         try:
             model = cls(**kwargs)
@@ -291,6 +327,13 @@ def _build(tree: _Tree, stage: int, device: str, async_chunk: bool, shape: str) 
             raise _Fault(StageFault("exception", stage, f"stage {stage} {cls.__name__}.__init__",
                                     f"{type(exc).__name__}: {exc}", file, line)) from exc
     return model.to(device).eval() if isinstance(model, torch.nn.Module) else model
+
+
+def _paged(paged_cls: Any, model: Any, config: Any, device: str) -> Any:
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(config):
+        return paged_cls(model, config, device=device)
 
 
 class _TransferManager:
@@ -320,12 +363,20 @@ class _Pipeline:
     """Fresh stage models and engines for one scenario."""
 
     def __init__(self, tree: _Tree, shape: str, device: str, async_chunk: bool, facts: RunFacts) -> None:
-        from porting_kit.adapters.vllm_omni.engine import StageEngine
+        from porting_kit.adapters.vllm_omni.engine import PagedKV, StageEngine
 
         self.tree, self.shape, self.device, self.async_chunk, self.facts = tree, shape, device, async_chunk, facts
         stop = tree.stages[0].get("sampling_constraints", {}).get("stop_token_ids") or []
-        self.engines = {0: StageEngine(_build(tree, 0, device, async_chunk, shape), tree.seam, kind="ar",
-                                       stop_token_ids=stop, device=device)}
+        paged = None
+        if tree.real_config is not None and shape != "single-stage-ar":
+            config = tree.real_config()
+            model0 = _build(tree, 0, device, async_chunk, shape, config)
+            paged = self.call(0, "stage 0 KV cache (vLLM attention backend)", _paged, PagedKV, model0, config,
+                              device)
+        else:
+            model0 = _build(tree, 0, device, async_chunk, shape)
+        self.engines = {0: StageEngine(model0, tree.seam, kind="ar", stop_token_ids=stop, device=device,
+                                       paged=paged)}
         if shape == "two-stage":
             self.engines[1] = StageEngine(_build(tree, 1, device, async_chunk, shape), tree.seam,
                                           kind="generation", device=device)
@@ -579,4 +630,8 @@ def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "c
     finally:
         if tree is not None:
             _unload(tree.package)
+            if tree.config_dir is not None:
+                import shutil
+
+                shutil.rmtree(tree.config_dir, ignore_errors=True)
     return facts

@@ -1229,6 +1229,99 @@ def split_rows(mm: Any, rows: int) -> tuple[list[dict[str, Any]], str | None]:
     return out, problem
 
 
+class PagedKV:
+    """vLLM's paged KV cache for the real ``Attention`` layers of one stage model.
+
+    What ``GPUModelRunner`` does around a forward call, on vLLM's CPU attention backend:
+    one KV cache tensor per layer, ``(num_blocks, kv_heads, block_size, 2 * head_size)``,
+    bound to ``layer.kv_cache``; blocks handed to requests as they grow and returned when
+    they finish; per call a ``CommonAttentionMetadata`` (query start locations, sequence
+    lengths, block table, slot mapping) built into the backend's metadata and installed
+    with vLLM's own ``set_forward_context``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model whose attention layers are ``vllm.model_executor.layers.attention.Attention``,
+        constructed under ``set_current_vllm_config(vllm_config)``.
+    vllm_config : vllm.config.VllmConfig
+    device : str, default "cpu"
+    block_size, num_blocks : int
+        KV cache geometry (tokens per block, blocks per layer).
+
+    Raises
+    ------
+    ValueError
+        The model has no vLLM ``Attention`` layer.
+    """
+
+    def __init__(self, model: Any, vllm_config: Any, *, device: str = "cpu", block_size: int = 16,
+                 num_blocks: int = 256) -> None:
+        import torch
+        from vllm.model_executor.layers.attention import Attention
+        from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+        self.layers = {m.layer_name: m for m in model.modules() if isinstance(m, Attention)}
+        if not self.layers:
+            raise ValueError("the model has no vllm Attention layer")
+        first = next(iter(self.layers.values()))
+        dtype = vllm_config.model_config.dtype
+        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=first.num_kv_heads,
+                                 head_size=first.head_size, dtype=dtype)
+        self.builder = first.attn_backend.get_builder_cls()(spec, list(self.layers), vllm_config,
+                                                            torch.device(device))
+        for layer in self.layers.values():
+            layer.kv_cache = torch.zeros((num_blocks, layer.num_kv_heads, block_size, 2 * layer.head_size),
+                                         dtype=dtype, device=device)
+        self.vllm_config, self.device, self.block_size = vllm_config, device, block_size
+        self.free: list[int] = list(range(num_blocks))
+        self.blocks: dict[str, list[int]] = {}
+        self.lens: dict[str, int] = {}
+
+    def release(self, request_id: str) -> None:
+        """Return a request's blocks to the pool."""
+        self.free.extend(self.blocks.pop(request_id, []))
+        self.lens.pop(request_id, None)
+
+    @contextmanager
+    def context(self, request_ids: Sequence[str], counts: Sequence[int]) -> Iterator[None]:
+        """vLLM's forward context for one call: ``counts[i]`` new tokens of request ``i``."""
+        import torch
+        from vllm.forward_context import set_forward_context
+        from vllm.v1.attention.backend import CommonAttentionMetadata
+
+        slots: list[int] = []
+        seq_lens: list[int] = []
+        tables: list[list[int]] = []
+        for rid, n in zip(request_ids, counts):
+            start = self.lens.get(rid, 0)
+            blocks = self.blocks.setdefault(rid, [])
+            while len(blocks) * self.block_size < start + n:
+                blocks.append(self.free.pop(0))
+            slots += [blocks[p // self.block_size] * self.block_size + p % self.block_size
+                      for p in range(start, start + n)]
+            self.lens[rid] = start + n
+            seq_lens.append(start + n)
+            tables.append(blocks)
+        width = max((len(b) for b in tables), default=1) or 1
+        loc = [0]
+        for n in counts:
+            loc.append(loc[-1] + int(n))
+        i32 = {"dtype": torch.int32, "device": self.device}
+        qsl = torch.tensor(loc, **i32)
+        slot_t = torch.tensor(slots, dtype=torch.int64, device=self.device)
+        common = CommonAttentionMetadata(
+            query_start_loc=qsl, query_start_loc_cpu=qsl.cpu(), seq_lens=torch.tensor(seq_lens, **i32),
+            num_reqs=len(counts), num_actual_tokens=loc[-1], max_query_len=max(counts, default=0),
+            max_seq_len=max(seq_lens, default=0),
+            block_table_tensor=torch.tensor([b + [0] * (width - len(b)) for b in tables], **i32),
+            slot_mapping=slot_t)
+        meta = self.builder.build(0, common)
+        with set_forward_context({name: meta for name in self.layers}, self.vllm_config,
+                                 slot_mapping={name: slot_t for name in self.layers}):
+            yield
+
+
 class StageEngine:
     """One stage of a pipeline (AR or generation), advanced step by step.
 
@@ -1247,8 +1340,9 @@ class StageEngine:
     """
 
     def __init__(self, model: Any, seam: Any, *, kind: str, stop_token_ids: Sequence[int] = (),
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", paged: PagedKV | None = None) -> None:
         self.model, self.seam, self.kind = model, seam, kind
+        self.paged = paged
         self.stop_token_ids = {int(t) for t in stop_token_ids}
         self.device = device
         self.kv: dict[tuple[str, str], Any] = {}
@@ -1275,10 +1369,13 @@ class StageEngine:
     def _free(self, request_id: str) -> None:
         for key in [k for k in self.kv if k[1] == request_id]:
             del self.kv[key]
+        if self.paged is not None:
+            self.paged.release(request_id)
 
     def kv_requests(self) -> set[str]:
-        """Request ids that still hold KV cache entries."""
-        return {k[1] for k in self.kv}
+        """Request ids that still hold KV cache entries (stand-in store or paged blocks)."""
+        held = {k[1] for k in self.kv}
+        return held | set(self.paged.blocks) if self.paged is not None else held
 
     def notify_finished(self) -> None:
         """``on_requests_finished`` for every request that left since the last call."""
@@ -1303,8 +1400,11 @@ class StageEngine:
         pos = [p for seq in positions for p in seq]
         input_ids = torch.tensor(flat, dtype=torch.long, device=self.device)
         pos_t = torch.tensor(pos, dtype=torch.long, device=self.device)
-        ctx = self.seam.StepContext(request_ids=rids, query_start_loc=loc, kv=self.kv)
-        with self.seam.step_context(ctx), torch.inference_mode():
+        if self.paged is not None:  # vLLM's forward context; the model reads its spans from it
+            cm = self.paged.context(rids or ["_profile"], [len(s) for s in ids])
+        else:
+            cm = self.seam.step_context(self.seam.StepContext(request_ids=rids, query_start_loc=loc, kv=self.kv))
+        with cm, torch.inference_mode():
             out = self.model.forward(input_ids=input_ids, positions=pos_t, intermediate_tensors=None,
                                      inputs_embeds=None, runtime_additional_information=infos,
                                      model_intermediate_buffer=infos, **extra)
@@ -1336,6 +1436,9 @@ class StageEngine:
                     with torch.inference_mode():
                         self.model.compute_logits(hidden[[e - 1 for e in loc[1:]]])
         self.kv.clear()
+        if self.paged is not None:
+            for rid in list(self.paged.blocks):
+                self.paged.release(rid)
         return held_request_state(self.model)
 
     def step(self) -> StageStep | None:
