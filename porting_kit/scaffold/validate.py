@@ -664,8 +664,8 @@ def run_findings(facts) -> list[Finding]:
             out.append(_run_finding(
                 "run.handoff_shape", "fail",
                 f"{rid} received {n} samples for {frames} codec frames x hop {facts.hop_length} = "
-                f"{frames * facts.hop_length}: the left-context frames are not dropped (or dropped twice) "
-                "between processor and codec.", request=rid, samples=n, frames=frames,
+                f"{frames * facts.hop_length}: stage 1 did not decode exactly the new frames of each chunk (left "
+                "context not dropped or dropped twice, or a stale payload decoded again).", request=rid, samples=n, frames=frames,
                 hop_length=facts.hop_length, requests_affected=len(wrong), **common))
     if facts.crosstalk:
         rid, sample, diff = facts.crosstalk[0]

@@ -88,6 +88,8 @@ PLANTS = [
     # left_context read under another key than the processor writes
     ("left_context_key", CODEC, 'context = min(_meta_int(info.get("meta") or {}, "left_context_size"), frames)',
      'context = min(_meta_int(info, "left_context_size"), frames)', "run.handoff_shape"),
+    # the codec stage without the additional-information update: it decodes a stale payload
+    ("codec_no_info_update", CODEC, "    enable_update_additional_information = True\n", "", "run.handoff_shape"),
     # code2wav merges the batch into one request
     ("codec_merges_batch", CODEC, "        sr = torch.tensor(SAMPLE_RATE, dtype=torch.int32)\n",
      "        outputs = [torch.cat(outputs)] if outputs else outputs\n"
