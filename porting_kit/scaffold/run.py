@@ -3,10 +3,15 @@
 :func:`run_pipeline` loads the generated files of a scaffold (the seam
 ``_vllm_seam.py``, the stage models, the stage-input processors) under a
 private package name -- nothing is put in ``sys.modules`` under ``vllm`` or
-``vllm_omni`` -- builds every stage model from a tiny LM config (hidden 32,
-2 layers; vocabulary, codebooks, hop length and stop ids stay the generated
-file's own) with seeded random weights, and drives the pipeline through the
-stage engines of :mod:`porting_kit.adapters.vllm_omni.engine`:
+``vllm_omni`` -- builds every stage model from a tiny LM config (hidden 64,
+2 layers, head width 32; vocabulary, codebooks, hop length and stop ids stay
+the generated file's own) with seeded random weights, and drives the pipeline
+through the stage engines of :mod:`porting_kit.adapters.vllm_omni.engine`.
+Where the seam's ``Attention`` is vLLM's own (vLLM importable), the models are
+built under ``set_current_vllm_config`` with a minimal real ``VllmConfig`` and
+the AR stage gets a paged KV cache on vLLM's CPU attention backend
+(:class:`~porting_kit.adapters.vllm_omni.engine.PagedKV`, installed with vLLM's
+``set_forward_context``). The run:
 
 * the dummy / profile call of every stage;
 * each request alone (solo), then 4 requests interleaved (two join at step 0,
