@@ -214,21 +214,38 @@ def _load_tree(root: Path, manifest: dict[str, Any]) -> _Tree:
 
     import yaml
 
+    from porting_kit.errors import InputError
+
     m = manifest["model_type"]
+    models_dir = f"vllm_omni/model_executor/models/{m}"
+    for rel in (f"{models_dir}/_vllm_seam.py", f"{models_dir}/pipeline.py", f"{models_dir}/modeling_{m}.py",
+                f"vllm_omni/deploy/{m}.yaml"):
+        if not (root / rel).is_file():
+            raise InputError(f"{root / rel} not found: the run tier needs the generated file "
+                             "(regenerate the scaffold with porting-kit scaffold)")
+    try:
+        deploy = yaml.safe_load((root / f"vllm_omni/deploy/{m}.yaml").read_text(encoding="utf-8")) or {}
+        stages = _pipeline_stages(root / f"{models_dir}/pipeline.py")
+    except (yaml.YAMLError, SyntaxError, ValueError) as exc:
+        raise InputError(f"{root}: the deploy YAML or pipeline.py of {m} does not parse: {exc}") from exc
+    if not isinstance(deploy, dict) or not stages:
+        raise InputError(f"{root}: {m}'s deploy YAML is not a mapping or pipeline.py has no StagePipelineConfig")
     package = f"_pk_run_{uuid.uuid4().hex[:8]}"
     pkg = types.ModuleType(package)
     pkg.__path__ = [str(root / "vllm_omni")]
     sys.modules[package] = pkg
     base = f"{package}.model_executor.models.{m}"
-    seam = _import(f"{base}._vllm_seam", root, 0, "_vllm_seam.py")
-    stages = _pipeline_stages(root / f"vllm_omni/model_executor/models/{m}/pipeline.py")
-    models = {0: _import(f"{base}.modeling_{m}", root, 0, f"modeling_{m}.py")}
-    processors = None
-    if manifest["shape"] == "two-stage":
-        models[1] = _import(f"{base}.{m}_code2wav", root, 1, f"{m}_code2wav.py")
-        processors = _import(f"{package}.model_executor.stage_input_processors.{m}", root, 0,
-                             "stage_input_processors")
-    deploy = yaml.safe_load((root / f"vllm_omni/deploy/{m}.yaml").read_text(encoding="utf-8")) or {}
+    try:
+        seam = _import(f"{base}._vllm_seam", root, 0, "_vllm_seam.py")
+        models = {0: _import(f"{base}.modeling_{m}", root, 0, f"modeling_{m}.py")}
+        processors = None
+        if manifest["shape"] == "two-stage":
+            models[1] = _import(f"{base}.{m}_code2wav", root, 1, f"{m}_code2wav.py")
+            processors = _import(f"{package}.model_executor.stage_input_processors.{m}", root, 0,
+                                 "stage_input_processors")
+    except BaseException:
+        _unload(package)
+        raise
     tree = _Tree(root, package, seam, models, processors, stages, deploy)
     if getattr(seam, "ATTENTION_IMPL", "") == "vllm":
         import tempfile
@@ -588,6 +605,12 @@ def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "c
     -------
     RunFacts
         ``fault`` holds the first broken contract (and the run stops there).
+
+    Raises
+    ------
+    InputError
+        A generated file the run needs is missing, or the deploy YAML / pipeline.py
+        does not parse.
     """
     import torch
 

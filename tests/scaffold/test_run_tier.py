@@ -147,3 +147,12 @@ def test_generated_model_tests_pass_in_the_generated_tree(tmp_path, shape):
                           cwd=root, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout
+
+
+def test_missing_generated_file_is_an_input_error(tmp_path):
+    from porting_kit.errors import InputError
+
+    root = make_scaffold(tmp_path, "native-ar")
+    (root / "vllm_omni/deploy/my_tts.yaml").unlink()
+    with pytest.raises(InputError, match="my_tts.yaml not found"):
+        _run(root)
