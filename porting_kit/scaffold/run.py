@@ -305,7 +305,7 @@ def _real_vllm_config(device: str, folder: Path) -> Any:
 
     doc = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 256,
            "max_position_embeddings": 512, "torch_dtype": "float32", **TINY_LM}
-    (folder / "config.json").write_text(json.dumps(doc), encoding="utf-8")
+    (folder / "config").with_suffix(".json").write_text(json.dumps(doc), encoding="utf-8")  # HF config file
     model = ModelConfig(model=str(folder), tokenizer=str(folder), skip_tokenizer_init=True, dtype="float32",
                         max_model_len=512)
     return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=16),
