@@ -1210,25 +1210,136 @@ def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None =
     return Report("validate", findings, timing={"validate_s": time.perf_counter() - start})
 
 
-# -- tiers owned elsewhere (replaced at merge) ---------------------------------------------------
-def run_tier(root: Path, manifest: dict, *, device: str = "cpu") -> list[Finding]:
-    """The run tier: the generated pipeline driven through the engine-contract driver.
+# -- run tier ---------------------------------------------------------------------------------
+#: Codes of the run tier (built here; the facts come from porting_kit/scaffold/run.py):
+#:
+#: ========================  ===============================================================
+#: ``run.ok``                the generated pipeline ran end to end (evidence: seam real|stand-ins)
+#: ``run.stage_exception``   a stage model / processor raised (stage, file and line named)
+#: ``run.handoff_shape``     a stage output or a processor payload breaks the next stage's
+#:                           contract (per-row outputs, codebook-major codes, left context,
+#:                           samples = frames x hop length)
+#: ``run.no_audio``          a request finished without a single audio sample
+#: ``rng.crosstalk``         a batched request's audio differs from its solo run
+#: ``rng.generator_leak``    per-request state (generators, KV cache) left after finish / abort
+#: ``skip``                  SGLang-Omni scaffolds: no SGLang-Omni driver
+#: ========================  ===============================================================
+RUN_HINTS = {
+    "run.stage_exception": "Fix the generated file at the line named; the run tier calls it the way "
+                           "vLLM-Omni's runners do (flattened input_ids, one additional_information dict per row).",
+    "run.handoff_shape": "Make producer, processor and consumer agree: stage 0 emits one row per request "
+                         "(codes.audio (rows, NUM_CODEBOOKS)), the processor sends 1-D codebook-major codes "
+                         "with meta.left_context_size, stage 1 returns one model_outputs entry per request.",
+    "run.no_audio": "Every request must end with audio: check the stop ids, the processor's final chunk "
+                    "(is_finished) and the codec's model_outputs.",
+}
+
+
+def _run_finding(code: str, status: str, message: str, at: tuple[str | None, int | None] = (None, None),
+                 hint: str = "", **evidence) -> Finding:
+    check = code.split(".", 1)[0]
+    where = f"{at[0]}:{at[1]}" if at[0] and at[1] else at[0]
+    return Finding(check, code, status, message, {k: v for k, v in evidence.items() if v is not None},
+                   Where(candidate=where), hint or RUN_HINTS.get(code, ""))
+
+
+def run_findings(facts) -> list[Finding]:
+    """Turn :class:`porting_kit.scaffold.run.RunFacts` into findings (see the code table above).
 
     Parameters
     ----------
-    root : Path
-        The scaffold folder.
-    manifest : dict
-        Its ``.porting-kit/scaffold-<model>.json``.
-    device : str, default "cpu"
-        Where the stage models run.
+    facts : porting_kit.scaffold.run.RunFacts
 
     Returns
     -------
     list of Finding
-        ``run.*`` findings; here one ``run.skipped`` (the tier is not built yet).
+        The faults found, or one ``run.ok`` with the evidence (seam, attention, requests).
     """
-    return [_tier_skip("run", "run tier not built")]
+    seam = facts.seam or "?"
+    common = {"seam": seam, "shape": facts.shape, "device": facts.device}
+    out: list[Finding] = []
+    f = facts.fault
+    if f is not None:
+        code = {"exception": "run.stage_exception", "handoff_shape": "run.handoff_shape"}.get(f.kind, "run.no_audio")
+        at = f" ({f.file}:{f.line})" if f.file else ""
+        out.append(_run_finding(code, "fail", f"Stage {f.stage}, {f.where}{at}: {f.message}", (f.file, f.line),
+                                stage=f.stage, call=f.where, file=f.file, line=f.line, **common))
+        return out
+    silent = [rid for rid, n in facts.samples.items() if n == 0]
+    if silent:
+        out.append(_run_finding("run.no_audio", "fail", f"{len(silent)} of {facts.requests} requests finished "
+                                f"with no audio ({', '.join(silent)}).", requests=", ".join(silent), **common))
+    if facts.shape == "two-stage" and facts.hop_length and not silent:
+        wrong = [(rid, n, facts.frames.get(rid, 0)) for rid, n in facts.samples.items()
+                 if n != facts.frames.get(rid, 0) * facts.hop_length]
+        if wrong:
+            rid, n, frames = wrong[0]
+            out.append(_run_finding(
+                "run.handoff_shape", "fail",
+                f"{rid} received {n} samples for {frames} codec frames x hop {facts.hop_length} = "
+                f"{frames * facts.hop_length}: stage 1 did not decode exactly the new frames of each chunk (left "
+                "context not dropped or dropped twice, or a stale payload decoded again).", request=rid, samples=n, frames=frames,
+                hop_length=facts.hop_length, requests_affected=len(wrong), **common))
+    if facts.crosstalk:
+        rid, sample, diff = facts.crosstalk[0]
+        out.append(_run_finding(
+            "rng.crosstalk", "fail",
+            f"With {facts.requests} requests interleaved (one more aborted), {rid}'s audio differs from its "
+            f"solo run from sample {sample} (max |diff| {diff:.3g}): requests disturb each other.",
+            hint="Key every per-request state (torch.Generator, caches, streams) by global_request_id; "
+                 "nothing a row computes may depend on the other rows.",
+            request=rid, first_sample=sample, max_abs_diff=diff, requests_affected=len(facts.crosstalk), **common))
+    if facts.left_state:
+        out.append(_run_finding(
+            "rng.generator_leak", "fail",
+            f"After every request finished or was aborted ({facts.aborted}), per-request state is still held: "
+            + "; ".join(facts.left_state[:4]) + ".",
+            hint="Free per-request state in on_requests_finished(finished_req_ids) under the same key "
+                 "forward() uses (global_request_id unwrapped).",
+            held=len(facts.left_state), aborted=facts.aborted, **common))
+    if not out:
+        total = sum(facts.samples.values())
+        seam_note = "real vLLM-Omni classes" if seam == "real" else "named torch stand-ins (vLLM not importable)"
+        out.append(_run_finding(
+            "run.ok", "pass",
+            f"{facts.shape} pipeline ran end to end on {facts.device}: {facts.requests} interleaved requests "
+            f"+ 1 aborted, {facts.steps} steps, {total} samples; seam: {seam_note}.",
+            requests=facts.requests, steps=facts.steps, chunks=facts.chunks, samples=total,
+            async_chunk=facts.async_chunk, attention=facts.attention, seam_detail=facts.seam_detail,
+            upstream=facts.upstream or None, **common))
+    return out
+
+
+def run_tier(root: Path, manifest: dict, *, device: str = "cpu") -> list[Finding]:
+    """The run tier of one scaffold: drive its generated pipeline end to end.
+
+    Parameters
+    ----------
+    root : Path
+        The scaffold root.
+    manifest : dict
+        Its manifest (``framework``, ``shape``, ``model_type``).
+    device : str, default "cpu"
+        ``"cuda"`` runs the stage models on the GPU.
+
+    Returns
+    -------
+    list of Finding
+        ``run.ok`` with the evidence ``seam: real|stand-ins``, or the faults
+        (``run.stage_exception``, ``run.handoff_shape``, ``run.no_audio``,
+        ``rng.crosstalk``, ``rng.generator_leak``); a ``skip`` for SGLang-Omni.
+    """
+    if manifest.get("framework") != "vllm-omni":
+        return [Finding("run", "run.skipped", "skip", "run tier: SGLang-Omni scaffolds have no engine driver in "
+                        "porting-kit (static and consistency tiers only).", {"framework": manifest.get("framework")},
+                        Where(), "")]
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return [Finding("run", "run.skipped", "skip", "run tier: torch is not installed.", {}, Where(), "")]
+    from porting_kit.scaffold.run import run_pipeline
+
+    return run_findings(run_pipeline(Path(root), manifest, device=device))
 
 
 def gpu_tier(root: Path | None, manifest: dict | None, *, spec: str | None = None) -> list[Finding]:

@@ -1,6 +1,8 @@
-"""The generated single-stage AR skeleton, run with a stand-in upstream model through
-the engine contract, passes the ``rng`` and ``lifecycle`` checks; with its RNG
-swap removed it fails them (so the test can fail)."""
+"""The generated single-stage AR skeleton, loaded from its generated tree (its own
+``_vllm_seam``: real vLLM-Omni classes where installed, named stand-ins elsewhere;
+no module stubbed into ``sys.modules``) and run with a stand-in upstream model
+through the engine contract, passes the ``rng`` and ``lifecycle`` checks; with its
+RNG swap removed it fails them (so the test can fail)."""
 
 from __future__ import annotations
 
@@ -14,24 +16,17 @@ torch = pytest.importorskip("torch")
 MODEL = "vllm_omni/model_executor/models/my_tts/modeling_my_tts.py"
 
 SPEC = textwrap.dedent('''
-    """Port spec: the generated skeleton with a stand-in upstream (global-RNG sampler)."""
-    import importlib.util
+    """Port spec: the generated skeleton (loaded from its tree, through its own _vllm_seam)
+    with a stand-in upstream that samples from the global RNGs."""
+    import importlib
     import sys
     import types
-    from typing import Any, NamedTuple
 
     import numpy as np
     import torch
     from torch import nn
 
-    MODEL_FILE = {model_file!r}
-
-
-    class OmniOutput(NamedTuple):
-        text_hidden_states: Any
-        multimodal_outputs: Any = None
-        intermediate_tensors: Any = None
-        next_token_id: Any = None
+    TREE = {tree!r}
 
 
     class StandIn(nn.Module):
@@ -49,21 +44,12 @@ SPEC = textwrap.dedent('''
 
 
     def engine_model():
-        saved = {{k: sys.modules.get(k) for k in ("vllm_omni.model_executor.models.output_templates",)}}
-        stub = types.ModuleType("vllm_omni.model_executor.models.output_templates")
-        stub.OmniOutput = OmniOutput
-        sys.modules["vllm_omni.model_executor.models.output_templates"] = stub
-        try:
-            spec = importlib.util.spec_from_file_location("pk_generated_skeleton", MODEL_FILE)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module  # dataclasses look the module up
-            spec.loader.exec_module(module)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    sys.modules.pop(k, None)
-                else:
-                    sys.modules[k] = v
+        # The generated tree under a private package name: no vllm / vllm_omni module is replaced.
+        if "_pk_skeleton" not in sys.modules:
+            pkg = types.ModuleType("_pk_skeleton")
+            pkg.__path__ = [TREE + "/vllm_omni"]
+            sys.modules["_pk_skeleton"] = pkg
+        module = importlib.import_module("_pk_skeleton.model_executor.models.my_tts.modeling_my_tts")
         ns = types.SimpleNamespace
         cfg = ns(model_config=ns(hf_config=ns(), model="stand-in"), scheduler_config=ns(max_num_seqs=4),
                  device_config=ns(device="cpu"))
@@ -73,21 +59,16 @@ SPEC = textwrap.dedent('''
 
 def _spec(tmp_path, tree):
     path = tmp_path / "skeleton_spec.py"
-    path.write_text(SPEC.format(model_file=str(tree / MODEL)))
+    path.write_text(SPEC.format(tree=str(tree)))
     return path
 
 
 def _ensure_parents(monkeypatch):
-    """The model file imports vllm_omni.model_executor.models.output_templates; give the
-    stub its parent packages when vllm_omni is not installed (undone after the test)."""
-    import importlib.util
+    """Forget the private package between tests (each test has its own tree)."""
     import sys
-    import types
 
-    if "vllm_omni" not in sys.modules and importlib.util.find_spec("vllm_omni") is None:
-        for name in ("vllm_omni", "vllm_omni.model_executor", "vllm_omni.model_executor.models"):
-            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.delitem(sys.modules, "pk_generated_skeleton", raising=False)
+    for name in [n for n in sys.modules if n == "_pk_skeleton" or n.startswith("_pk_skeleton.")]:
+        monkeypatch.delitem(sys.modules, name)
 
 
 def test_generated_skeleton_passes_rng_and_lifecycle(tmp_path, monkeypatch):

@@ -1107,3 +1107,425 @@ def run_contract_suite(model_factory: Callable[[], Any], requests: Sequence[Engi
     sr = next((r.sample_rate for s in solo.values() for r in s.results.values() if r.sample_rate), None)
     return ContractSuite(reqs, solo, solo_repeat, solo_continued, batches, serial, reqs[0].request_id, abort_step,
                          probe, dummy, dummy_g, dummy_f, sr)
+
+
+# ----------------------------------------------------------------------------
+# Stage engines of a generated pipeline (the run tier, porting_kit/scaffold/run.py)
+# ----------------------------------------------------------------------------
+#
+# One engine per stage, advanced step by step the way vLLM-Omni 0.30.0's runners
+# call a stage model: flattened ``input_ids`` / ``positions`` over the batch
+# (prefill rows carry every prompt token, decode rows one), the per-row token
+# spans in the forward context (``seam.step_context``: the stand-in of vLLM's
+# ``set_forward_context``; attention layers read their KV cache from it), one
+# ``additional_information`` dict per row refreshed every step only when the
+# model sets ``enable_update_additional_information`` or ``has_preprocess``
+# (``worker/gpu_model_runner.py: _update_additional_information``),
+# ``seq_token_counts`` for generation stages
+# (``worker/gpu_generation_model_runner.py``), ``compute_logits`` on each row's
+# last token and greedy sampling for AR stages. The KV cache is the engine's:
+# freed here when a request finishes or is aborted, as the scheduler frees its
+# blocks.
+
+
+@dataclass
+class StageRequest:
+    """One request inside one stage engine.
+
+    Attributes
+    ----------
+    request_id : str
+    prompt_ids : list of int
+        Prompt token ids (AR prefill) or the placeholder / codes of a generation chunk.
+    info : dict
+        Its ``additional_information`` (the dict the model sees as its row).
+    max_tokens : int
+        Tokens an AR request may sample before it finishes.
+    tokens : list of int
+        Sampled so far (AR).
+    finished_by : str
+        ``"running"``, ``"stop"``, ``"length"`` or ``"abort"``.
+    """
+
+    request_id: str
+    prompt_ids: list[int]
+    info: dict[str, Any]
+    max_tokens: int = 16
+    tokens: list[int] = field(default_factory=list)
+    finished_by: str = "running"
+
+
+@dataclass
+class StageStep:
+    """What one stage step gave each row.
+
+    Attributes
+    ----------
+    request_ids : list of str
+        Rows in order.
+    row_outputs : list of dict
+        Per row: its slice of ``multimodal_outputs`` (tensors whose first dimension is
+        the rows are sliced ``[i:i+1]``, lists of one entry per row give entry ``i``).
+    finished : list of bool
+        Per row: the request finished at this step (AR: stop token or length).
+    problem : str or None
+        Why ``multimodal_outputs`` could not be split per row (``None`` when fine).
+    """
+
+    request_ids: list[str]
+    row_outputs: list[dict[str, Any]]
+    finished: list[bool]
+    problem: str | None = None
+
+
+def split_rows(mm: Any, rows: int) -> tuple[list[dict[str, Any]], str | None]:
+    """Split a stage's ``multimodal_outputs`` into one dict per batch row.
+
+    Parameters
+    ----------
+    mm : dict or None
+        ``multimodal_outputs`` (nested dicts allowed, e.g. ``{"codes": {"audio": T}}``).
+    rows : int
+        Requests in the batch.
+
+    Returns
+    -------
+    per_row : list of dict
+        Same nesting; a tensor with ``shape[0] == rows`` gives ``t[i:i+1]``, a list or
+        tuple of ``rows`` entries gives entry ``i``; scalars are shared.
+    problem : str or None
+        The first value that is neither (``"codes.audio is (1, 15) for 4 rows"``).
+    """
+    import torch
+
+    out: list[dict[str, Any]] = [{} for _ in range(rows)]
+    problem: str | None = None
+
+    def walk(value: Any, path: str, targets: list[dict[str, Any]], key: str) -> None:
+        nonlocal problem
+        if isinstance(value, dict):
+            subs = [t.setdefault(key, {}) for t in targets]
+            for k, v in value.items():
+                walk(v, f"{path}.{k}" if path else str(k), subs, k)
+        elif isinstance(value, torch.Tensor) and value.ndim >= 1:
+            if value.shape[0] != rows:
+                problem = problem or f"{path} is {tuple(value.shape)} for {rows} rows"
+                return
+            for i, t in enumerate(targets):
+                t[key] = value[i:i + 1]
+        elif isinstance(value, (list, tuple)):
+            if len(value) != rows:
+                problem = problem or f"{path} has {len(value)} entries for {rows} rows"
+                return
+            for i, t in enumerate(targets):
+                t[key] = value[i]
+        else:
+            for t in targets:
+                t[key] = value
+
+    if isinstance(mm, dict):
+        for k, v in mm.items():
+            walk(v, str(k), out, str(k))
+    return out, problem
+
+
+class PagedKV:
+    """vLLM's paged KV cache for the real ``Attention`` layers of one stage model.
+
+    What ``GPUModelRunner`` does around a forward call, on vLLM's CPU attention backend:
+    one KV cache tensor per layer, ``(num_blocks, kv_heads, block_size, 2 * head_size)``,
+    bound to ``layer.kv_cache``; blocks handed to requests as they grow and returned when
+    they finish; per call a ``CommonAttentionMetadata`` (query start locations, sequence
+    lengths, block table, slot mapping) built into the backend's metadata and installed
+    with vLLM's own ``set_forward_context``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model whose attention layers are ``vllm.model_executor.layers.attention.Attention``,
+        constructed under ``set_current_vllm_config(vllm_config)``.
+    vllm_config : vllm.config.VllmConfig
+    device : str, default "cpu"
+    block_size, num_blocks : int
+        KV cache geometry (tokens per block, blocks per layer).
+
+    Raises
+    ------
+    ValueError
+        The model has no vLLM ``Attention`` layer.
+    """
+
+    def __init__(self, model: Any, vllm_config: Any, *, device: str = "cpu", block_size: int = 16,
+                 num_blocks: int = 256) -> None:
+        import torch
+        from vllm.model_executor.layers.attention import Attention
+        from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+        self.layers = {m.layer_name: m for m in model.modules() if isinstance(m, Attention)}
+        if not self.layers:
+            raise ValueError("the model has no vllm Attention layer")
+        first = next(iter(self.layers.values()))
+        dtype = vllm_config.model_config.dtype
+        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=first.num_kv_heads,
+                                 head_size=first.head_size, dtype=dtype)
+        self.builder = first.attn_backend.get_builder_cls()(spec, list(self.layers), vllm_config,
+                                                            torch.device(device))
+        for layer in self.layers.values():
+            layer.kv_cache = torch.zeros((num_blocks, layer.num_kv_heads, block_size, 2 * layer.head_size),
+                                         dtype=dtype, device=device)
+        self.vllm_config, self.device, self.block_size = vllm_config, device, block_size
+        self.free: list[int] = list(range(num_blocks))
+        self.blocks: dict[str, list[int]] = {}
+        self.lens: dict[str, int] = {}
+
+    def release(self, request_id: str) -> None:
+        """Return a request's blocks to the pool."""
+        self.free.extend(self.blocks.pop(request_id, []))
+        self.lens.pop(request_id, None)
+
+    @contextmanager
+    def context(self, request_ids: Sequence[str], counts: Sequence[int]) -> Iterator[None]:
+        """vLLM's forward context for one call: ``counts[i]`` new tokens of request ``i``."""
+        import torch
+        from vllm.forward_context import set_forward_context
+        from vllm.v1.attention.backend import CommonAttentionMetadata
+
+        slots: list[int] = []
+        seq_lens: list[int] = []
+        tables: list[list[int]] = []
+        for rid, n in zip(request_ids, counts):
+            start = self.lens.get(rid, 0)
+            blocks = self.blocks.setdefault(rid, [])
+            while len(blocks) * self.block_size < start + n:
+                blocks.append(self.free.pop(0))
+            slots += [blocks[p // self.block_size] * self.block_size + p % self.block_size
+                      for p in range(start, start + n)]
+            self.lens[rid] = start + n
+            seq_lens.append(start + n)
+            tables.append(blocks)
+        width = max((len(b) for b in tables), default=1) or 1
+        loc = [0]
+        for n in counts:
+            loc.append(loc[-1] + int(n))
+        i32 = {"dtype": torch.int32, "device": self.device}
+        qsl = torch.tensor(loc, **i32)
+        slot_t = torch.tensor(slots, dtype=torch.int64, device=self.device)
+        common = CommonAttentionMetadata(
+            query_start_loc=qsl, query_start_loc_cpu=qsl.cpu(), seq_lens=torch.tensor(seq_lens, **i32),
+            num_reqs=len(counts), num_actual_tokens=loc[-1], max_query_len=max(counts, default=0),
+            max_seq_len=max(seq_lens, default=0),
+            block_table_tensor=torch.tensor([b + [0] * (width - len(b)) for b in tables], **i32),
+            slot_mapping=slot_t)
+        meta = self.builder.build(0, common)
+        with set_forward_context({name: meta for name in self.layers}, self.vllm_config,
+                                 slot_mapping={name: slot_t for name in self.layers}):
+            yield
+
+
+class StageEngine:
+    """One stage of a pipeline (AR or generation), advanced step by step.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The stage model.
+    seam : module
+        The generated ``_vllm_seam`` module (its ``step_context`` / ``StepContext``).
+    kind : {"ar", "generation"}
+        AR stages sample through ``compute_logits``; generation stages run each queued
+        chunk once.
+    stop_token_ids : sequence of int
+        AR stop tokens (the pipeline's ``sampling_constraints``).
+    device : str, default "cpu"
+    """
+
+    def __init__(self, model: Any, seam: Any, *, kind: str, stop_token_ids: Sequence[int] = (),
+                 device: str = "cpu", paged: PagedKV | None = None) -> None:
+        self.model, self.seam, self.kind = model, seam, kind
+        self.paged = paged
+        self.stop_token_ids = {int(t) for t in stop_token_ids}
+        self.device = device
+        self.kv: dict[tuple[str, str], Any] = {}
+        self.running: list[StageRequest] = []
+        self.queued: list[StageRequest] = []  # generation chunks waiting, in order
+        self._finished: list[str] = []
+        self.done: dict[str, StageRequest] = {}  # finished requests (their sampled tokens)
+        self.refresh_info = bool(getattr(model, "enable_update_additional_information", False)
+                                 or getattr(model, "has_preprocess", False))
+        self._first_info: dict[str, dict[str, Any]] = {}
+
+    def add(self, req: StageRequest) -> None:
+        """Queue a request (AR) or a chunk of one (generation)."""
+        (self.running if self.kind == "ar" else self.queued).append(req)
+
+    def abort(self, request_id: str) -> None:
+        """Drop a request; ``on_requests_finished`` gets it at the next step."""
+        for req in [r for r in self.running + self.queued if r.request_id == request_id]:
+            req.finished_by = "abort"
+            (self.running if req in self.running else self.queued).remove(req)
+        self._finished.append(request_id)
+        self._free(request_id)
+
+    def _free(self, request_id: str) -> None:
+        for key in [k for k in self.kv if k[1] == request_id]:
+            del self.kv[key]
+        if self.paged is not None:
+            self.paged.release(request_id)
+
+    def kv_requests(self) -> set[str]:
+        """Request ids that still hold KV cache entries (stand-in store or paged blocks)."""
+        held = {k[1] for k in self.kv}
+        return held | set(self.paged.blocks) if self.paged is not None else held
+
+    def notify_finished(self) -> None:
+        """``on_requests_finished`` for every request that left since the last call."""
+        done, self._finished = self._finished, []
+        hook = getattr(self.model, "on_requests_finished", None)
+        if done and callable(hook):
+            hook(set(done))
+
+    @property
+    def idle(self) -> bool:
+        """Nothing running or queued."""
+        return not self.running and not self.queued
+
+    def _forward(self, rids: list[str], ids: list[list[int]], positions: list[list[int]],
+                 infos: list[dict[str, Any]], extra: dict[str, Any]) -> Any:
+        import torch
+
+        loc = [0]
+        for seq in ids:
+            loc.append(loc[-1] + len(seq))
+        flat = [t for seq in ids for t in seq]
+        pos = [p for seq in positions for p in seq]
+        input_ids = torch.tensor(flat, dtype=torch.long, device=self.device)
+        pos_t = torch.tensor(pos, dtype=torch.long, device=self.device)
+        if self.paged is not None:  # vLLM's forward context; the model reads its spans from it
+            cm = self.paged.context(rids or ["_profile"], [len(s) for s in ids])
+        else:
+            cm = self.seam.step_context(self.seam.StepContext(request_ids=rids, query_start_loc=loc, kv=self.kv))
+        with cm, torch.inference_mode():
+            out = self.model.forward(input_ids=input_ids, positions=pos_t, intermediate_tensors=None,
+                                     inputs_embeds=None, runtime_additional_information=infos,
+                                     model_intermediate_buffer=infos, **extra)
+        return out, loc
+
+    def dummy_run(self, num_reqs: int = 2) -> list[str]:
+        """The profile call (no rows, ``num_reqs`` tokens) then the ``_is_dummy`` rows.
+
+        Returns
+        -------
+        list of str
+            Request ids of per-request state the calls left in the model (should be none).
+        """
+        import torch
+
+        calls: list[list[dict[str, Any]]] = [[]]
+        get_dummy = getattr(self.model, "get_dummy_runtime_additional_information", None)
+        if callable(get_dummy):
+            calls.append(list(get_dummy(num_reqs)))
+        for infos in calls:
+            rids = [f"_dummy_{i}" for i in range(len(infos))]
+            n = len(infos) or num_reqs
+            ids = [[0] for _ in range(n)] if infos else [[0] * n]
+            extra = {"seq_token_counts": [1] * len(infos)} if self.kind == "generation" and infos else {}
+            out, loc = self._forward(rids, ids, [[0] for _ in ids] if infos else [list(range(n))], infos, extra)
+            if self.kind == "ar":
+                hidden = getattr(out, "text_hidden_states", out)
+                if isinstance(hidden, torch.Tensor) and hidden.ndim >= 1 and hidden.shape[0] >= loc[-1] and infos:
+                    with torch.inference_mode():
+                        self.model.compute_logits(hidden[[e - 1 for e in loc[1:]]])
+        self.kv.clear()
+        if self.paged is not None:
+            for rid in list(self.paged.blocks):
+                self.paged.release(rid)
+        return held_request_state(self.model)
+
+    def step(self) -> StageStep | None:
+        """One step: notify finished requests, run the batch, sample (AR), retire finished rows.
+
+        Returns
+        -------
+        StageStep or None
+            ``None`` when nothing was scheduled.
+        """
+        import torch
+
+        self.notify_finished()
+        if self.kind == "ar":
+            batch = list(self.running)
+        else:  # the first queued chunk of each request
+            seen: set[str] = set()
+            batch = []
+            for req in self.queued:
+                if req.request_id not in seen:
+                    seen.add(req.request_id)
+                    batch.append(req)
+        if not batch:
+            return None
+        rids = [r.request_id for r in batch]
+        ids, positions, infos = [], [], []
+        for req in batch:
+            if self.kind == "ar" and req.tokens:
+                ids.append([req.tokens[-1]])
+                positions.append([len(req.prompt_ids) + len(req.tokens) - 1])
+            else:
+                ids.append(list(req.prompt_ids))
+                positions.append(list(range(len(req.prompt_ids))))
+            info = req.info
+            if not self.refresh_info:  # the runner keeps the first dict it saw for this request
+                info = self._first_info.setdefault(req.request_id, info)
+            info["generated_len"] = len(req.tokens)
+            infos.append(info)
+        extra = {"seq_token_counts": [len(s) for s in ids]} if self.kind == "generation" else {}
+        out, loc = self._forward(rids, ids, positions, infos, extra)
+        hidden = getattr(out, "text_hidden_states", out)
+        mm = getattr(out, "multimodal_outputs", None) if getattr(self.model, "have_multimodal_outputs", False) else {}
+        rows, problem = split_rows(mm or {}, len(batch))
+        finished = [False] * len(batch)
+        if self.kind == "ar":
+            last = torch.tensor([e - 1 for e in loc[1:]], device=hidden.device)
+            with torch.inference_mode():
+                logits = self.model.compute_logits(hidden[last])
+            tokens = logits.argmax(dim=-1).reshape(-1).tolist()
+            for i, req in enumerate(batch):
+                req.tokens.append(int(tokens[i]) if i < len(tokens) else next(iter(self.stop_token_ids), 0))
+                if req.tokens[-1] in self.stop_token_ids:
+                    req.finished_by = "stop"
+                elif len(req.tokens) >= req.max_tokens:
+                    req.finished_by = "length"
+                finished[i] = req.finished_by != "running"
+        else:
+            for i, req in enumerate(batch):
+                self.queued.remove(req)
+                finished[i] = bool(req.info.get("_last_chunk")) if isinstance(req.info, dict) else False
+        for req, done in zip(batch, finished):
+            if done:
+                self.done[req.request_id] = req
+                if req in self.running:
+                    self.running.remove(req)
+                self._finished.append(req.request_id)
+                self._free(req.request_id)
+        return StageStep(rids, rows, finished, problem)
+
+
+def held_request_state(model: Any) -> list[str]:
+    """Keys of per-request state a model still holds: string keys of its dict attributes.
+
+    Parameters
+    ----------
+    model : object
+        A stage model (``self._generators``, ``self._states``, ``self._streams`` ...).
+
+    Returns
+    -------
+    list of str
+        Sorted keys of every non-empty ``dict`` attribute whose keys are strings.
+    """
+    keys: set[str] = set()
+    for name, value in vars(model).items():
+        if name in ("_parameters", "_buffers", "_modules"):  # torch.nn.Module internals
+            continue
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            keys.update(value)
+    return sorted(keys)

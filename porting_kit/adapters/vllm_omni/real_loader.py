@@ -130,14 +130,31 @@ def _load_config(run: _Run, root: Path, files: dict[str, str], m: str):
 
 
 def _import_files(run: _Run, root: Path, manifest: dict[str, Any]) -> None:
-    m = manifest["model_type"]
-    for kind_path, rel in manifest["files"].items():
-        if kind_path.split(":", 1)[0] in ("model", "processor"):
-            run.step("import")
-            try:
-                _load_module(root / rel, f"_pk_scaffold_{m}_{Path(rel).stem}")
-            except Exception as exc:  # noqa: BLE001
-                run.problem("import", rel, _said(exc))
+    """Import the generated model and processor files against the real framework.
+
+    The tree's ``vllm_omni/`` folder is mounted as a private package (never under the
+    name ``vllm_omni``), so the files' relative imports (``from ._vllm_seam import ...``)
+    resolve to the generated seam; the package is removed from ``sys.modules`` afterwards.
+    """
+    import types
+    import uuid
+
+    package = f"_pk_scaffold_{manifest['model_type']}_{uuid.uuid4().hex[:8]}"
+    pkg = types.ModuleType(package)
+    pkg.__path__ = [str(root / "vllm_omni")]
+    sys.modules[package] = pkg
+    try:
+        for kind_path, rel in manifest["files"].items():
+            if kind_path.split(":", 1)[0] in ("model", "processor"):
+                run.step("import")
+                try:
+                    dotted = ".".join(Path(rel).relative_to("vllm_omni").with_suffix("").parts)
+                    importlib.import_module(f"{package}.{dotted}")
+                except Exception as exc:  # noqa: BLE001
+                    run.problem("import", rel, _said(exc))
+    finally:
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+            del sys.modules[name]
 
 
 def _exercise_adapter(run: _Run, adapter_rel: str, adapter_cls) -> None:
