@@ -33,8 +33,7 @@ from porting_kit.probes.capture import (
     capture_full,
     capture_summaries,
     coarse_names,
-    estimate_abs_err,
-    estimate_rel_err,
+    estimate_errors,
     subtree_names,
 )
 from porting_kit.probes.compare import TensorMetrics, first_tensor, quick_metrics, tensor_metrics
@@ -143,13 +142,16 @@ def _sync(t) -> None:
         torch.cuda.synchronize(t.device)
 
 
-def _screen(p: AlignedPair, tol: Tolerance) -> PairStat:
-    r, c = p.reference.out, p.candidate.out
-    rel = estimate_rel_err(r, c)
-    ab = estimate_abs_err(r, c)
-    nonfinite = bool(r.nonfinite or c.nonfinite)
-    flagged = nonfinite or ab > tol.tensor_bound(r.numel, r.norm)
-    return PairStat(p, rel, ab, flagged)
+def _screen_all(pairs: list[AlignedPair], tol: Tolerance) -> list[PairStat]:
+    """:func:`_screen` of the comparable pairs, the sketch errors estimated in one batch."""
+    comp = [p for p in pairs if p.comparable]
+    errs = estimate_errors([(p.reference.out, p.candidate.out) for p in comp])
+    stats = []
+    for p, (rel, ab) in zip(comp, errs):
+        r, c = p.reference.out, p.candidate.out
+        flagged = bool(r.nonfinite or c.nonfinite) or ab > tol.tensor_bound(r.numel, r.norm)
+        stats.append(PairStat(p, rel, ab, flagged))
+    return stats
 
 
 def _is_ancestor(a: str, b: str) -> bool:
@@ -260,7 +262,7 @@ def get_result(ctx) -> ParityResult:
     t0 = time.perf_counter()
     module_map = spec.get("module_map")
     alignment = align(rrec, crec, module_map=module_map, weight_map=pair.weights.weight_map)
-    stats = [_screen(p, tol) for p in alignment.pairs if p.comparable]
+    stats = _screen_all(alignment.pairs, tol)
     if tuple(out_r.shape) == tuple(out_c.shape):
         output_metric = quick_metrics(out_r, out_c, tol) or tensor_metrics(out_r, out_c, tol)
     else:
@@ -287,7 +289,7 @@ def get_result(ctx) -> ParityResult:
             _forward(spec, "candidate", pair.candidate, pair.inputs, fine_c,
                      output_permutation=pair.weights.output_permutation, only=sub_c)
             fine_al = align(fine_r, fine_c, module_map=module_map, weight_map=pair.weights.weight_map)
-            scope = [_screen(p, tol) for p in fine_al.pairs if p.comparable]
+            scope = _screen_all(fine_al.pairs, tol)
             known = {st.pair.reference.key for st in stats}
             # the block's insides go in just before the block (they complete before it)
             inner = [st for st in scope if st.pair.reference.key not in known]
