@@ -120,9 +120,14 @@ def _check(ctx, families: list[str] | None):
     if not families:
         res = get_result(ctx)
     else:
+        spent = {}
         for fam in families:
+            t0 = time.perf_counter()
             importlib.import_module(f"porting_kit.checks.{FAMILIES[fam]}").run(ctx)
+            _sync(ctx.device)
+            spent[fam] = time.perf_counter() - t0
         res = get_result(ctx)  # cached by the parity family
+        res.timing["families"] = spent
     _sync(ctx.device)
     return res
 
@@ -148,7 +153,8 @@ def measure_time(args) -> dict:
            "two_forwards_all_s": fwd, "check_all_s": chk,
            "compared_modules": len(res.stats),
            "clean_status": "pass" if res.first_divergence is None else "fail",
-           "check_parts_s": {k: round(v, 5) for k, v in res.timing.items()},
+           "check_parts_s": {k: (round(v, 5) if isinstance(v, float) else
+                                 {f: round(x, 5) for f, x in v.items()}) for k, v in res.timing.items()},
            "clean_max_module_rel_err": worst.rel_err, "clean_worst_module": worst.pair.reference.key}
     # the failing case also re-runs both forwards to capture the located pair in full
     spec_f, ctx_f, pair_f = _loaded_context(args, args.layers, {"rope_theta_top_level_only": True})

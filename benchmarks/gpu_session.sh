@@ -9,7 +9,14 @@
 set -u
 OUT="${OUT:-./gpu-out}"
 mkdir -p "$OUT"
-export PYTHONPATH="$PWD" MPLBACKEND=Agg HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONDONTWRITEBYTECODE=1
+WHEELS="${WHEELS:-.gpu-wheels}"  # carried py3.12 wheels (librosa, soundfile, ...), installed to /tmp/site
+if [ -d "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$WHEELS"/*.whl > "$OUT/wheels.log" 2>&1 && echo "wheels: $(ls "$WHEELS"/*.whl | wc -l) installed" \
+    || echo "wheels: install failed (see wheels.log)"
+  export PYTHONPATH="/tmp/site"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONDONTWRITEBYTECODE=1
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 T0=$(date +%s)
@@ -28,12 +35,9 @@ step() {  # step NAME SECONDS CMD...: run CMD under timeout, log to $OUT/NAME.lo
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name(0))" > "$OUT/env.txt" 2>&1
 
-if [ -d .gpu-wheels ] && ls .gpu-wheels/*.whl >/dev/null 2>&1; then
-  step wheels 20 python3 -m pip install --no-index --no-deps --quiet .gpu-wheels/*.whl
-fi
 
 step pytest_gpu 60 python3 -m pytest -q -m gpu -p no:cacheprovider -ra
-step pytest_all 240 python3 -m pytest -q -p no:cacheprovider -ra
+step pytest_all 240 python3 -m pytest -q -p no:cacheprovider -ra -n "${XDIST:-8}"
 # the summary line only (the whole log stays in pytest_all.log)
 [ -f "$OUT/pytest_all.log" ] && tail -n 1 "$OUT/pytest_all.log" | sed 's/^/pytest_all: /' | tee -a "$SUMMARY"
 

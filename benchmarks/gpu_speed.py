@@ -81,7 +81,7 @@ def per_request(concurrency: int, n_requests: int, device: str) -> dict:
     from porting_kit.adapters.vllm_omni.engine import EngineDriver, EngineRequest
     from porting_kit.embedded.generator_model import SAMPLE_RATE, build_model
 
-    model = build_model()
+    model = build_model(device=device)  # weights, sampling generators and codec on the device
     texts = ["hello there", "a longer sentence to speak now", "one two three four", "quick test",
              "the quick brown fox jumps", "good morning to you", "short", "seven words in this one here"]
     rtf, ttfa, steps, syncs = [], [], 0, 0
@@ -162,13 +162,15 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_speed: CUDA not available", file=sys.stderr)
         return 2
     env = environment(args.device)
+    per_request(1, 1, args.device)  # warm-up (CUDA context, kernels), not reported
     rows = [per_request(c, args.requests, args.device) for c in (1, 4)]
     lines = ["# Speed: embedded generator model through the engine-contract driver", "",
              "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".", "",
-             "The generator model keeps its weights on the CPU (it places itself, as a vLLM model "
-             "does; it has no CUDA path); the driver puts input ids and positions on the device. "
-             "The real vLLM engine does not run on this machine (vLLM 0.30's CUDA wheel needs "
-             "torch 2.13 and flashinfer).", "",
+             f"The generator model runs on {env['device']} (weights, per-request sampling "
+             "generators and codec on the device; each sampled code is read back to the host, "
+             "as the upstream model does); one untimed warm-up request first. The real "
+             "vLLM engine does not run on this machine (vLLM 0.30's CUDA wheel needs torch 2.13 "
+             "and flashinfer); the engine-contract driver runs the AR-runner calling contract.", "",
              "| concurrency | requests | RTF (median) | time to first audio, ms (median) | "
              "host-device syncs per step | engine steps |", "|---|---|---|---|---|---|"]
     for r in rows:
