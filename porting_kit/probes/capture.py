@@ -236,14 +236,34 @@ def subtree_names(model, root: str) -> set[str]:
             if n == root or root == "" or n.startswith(root + ".")}
 
 
+class SketchPass:
+    """The sketches of one :func:`capture_summaries` pass, not yet on the host.
+
+    ``finish()`` copies the pass's sketch buffer to the host (one transfer, a host sync on
+    CUDA) and fills each record's :class:`Summary`; later calls do nothing.
+    """
+
+    def __init__(self, records: list[Record], sketcher: _Sketcher) -> None:
+        self.records = records
+        self._sketcher = sketcher
+        self.done = False
+
+    def finish(self) -> None:
+        """Fill ``proj`` / ``norm`` / ``nonfinite`` of the pass's records (idempotent)."""
+        if not self.done:
+            _finalize(self.records, self._sketcher)
+            self.done = True
+
+
 @contextmanager
 def capture_summaries(model, records: list[Record], *, prefix: str = "",
                       output_permutation: dict[str, Any] | None = None,
-                      only: set[str] | None = None) -> Iterator[None]:
+                      only: set[str] | None = None, defer: bool = False) -> Iterator[SketchPass]:
     """Hook the modules of ``model``; each call appends a :class:`Record` to ``records``.
 
     Use as ``with capture_summaries(model, recs): run(model, inputs)``; the hooks are
-    removed on exit and the sketches copied to the host in one transfer.
+    removed on exit and the sketches copied to the host in one transfer (at exit, or at
+    ``finish()`` with ``defer=True``).
 
     Parameters
     ----------
@@ -269,10 +289,16 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "",
     AttributeError
         A name in ``only`` that is not a submodule of ``model``.
 
+    defer : bool, default False
+        Leave the sketches on the device at exit; the caller calls ``finish()`` on the
+        yielded :class:`SketchPass` (so a second model's forward can be queued on the GPU
+        before the first pass's host copy waits for it).
+
     Yields
     ------
-    None
-        The body runs under ``torch.no_grad()``.
+    SketchPass
+        The body runs under ``torch.no_grad()``. Unless ``defer``, its ``finish()`` runs
+        when the block exits normally.
 
     Notes
     -----
@@ -307,12 +333,14 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "",
             handles.append(module.register_forward_hook(
                 make_hook(full, type(module).__name__, 0 if not full else full.count(".") + 1,
                           perms.get(full))))
+        sketch_pass = SketchPass(records, sketcher)
         with torch.no_grad():
-            yield
+            yield sketch_pass
     finally:
         for h in handles:
             h.remove()
-    _finalize(records, sketcher)
+    if not defer:
+        sketch_pass.finish()
 
 
 def _finalize(records: list[Record], sketcher: _Sketcher) -> None:
