@@ -229,7 +229,8 @@ def same_function_key(module, dim: int) -> tuple | None:
     tuple or None
         ``(class, dim, plain attributes, (name, shape, dtype) of each parameter / buffer)``;
         ``None`` (never shared) for a module with submodules or with a public attribute that
-        is not a number, string, bool or ``None`` (its behaviour could hang on it).
+        is not a number, string, bool, ``None`` or a tuple of those (its behaviour could
+        hang on it).
     """
     if module._modules:
         return None
@@ -237,7 +238,8 @@ def same_function_key(module, dim: int) -> tuple | None:
     for k, v in sorted(vars(module).items()):
         if k.startswith("_") or k == "training":
             continue
-        if v is not None and not isinstance(v, (bool, int, float, str)):
+        plain = (bool, int, float, str, type(None))
+        if not isinstance(v, plain) and not (isinstance(v, tuple) and all(isinstance(x, plain) for x in v)):
             return None
         attrs.append((k, v))
     state = tuple((n, tuple(t.shape), str(t.dtype), str(t.device))
