@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: correctness only")
     p.add_argument("--no-memory", action="store_true", help="skip the depth-memory measurement")
+    p.add_argument("--memory-only", action="store_true", help="only the depth-memory measurement")
     p.add_argument("--json", default=None, help="also write the figures here")
     p.add_argument("--measure-tolerance", action="store_true",
                    help="print the clean pairs' per-module bf16/fp16 error and exit")
@@ -329,7 +330,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_child:
         print(memory_child(args, args.memory_child, args.layers))
         return 0
-    t = measure_time(args)
+    if args.memory_only:
+        t = None
+    else:
+        t = measure_time(args)
+        print_time(args, t)
+    figures = {} if t is None else {"overhead_ratio": t["check_s"] / t["two_forwards_s"], **t}
+    if not args.no_memory:
+        figures.update(print_memory(args, measure_memory(args)))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(figures, fh, indent=2)
+    return 0
+
+
+def print_time(args, t: dict) -> None:
+    """Print the timing figures of :func:`measure_time`."""
     ratio = t["check_s"] / t["two_forwards_s"]
     print(f"model: width={args.width} layers={args.layers} heads={args.heads} kv_heads={args.kv_heads} "
           f"head_dim={args.head_dim} intermediate={args.intermediate} tokens={args.tokens} "
@@ -347,21 +363,18 @@ def main(argv: list[str] | None = None) -> int:
         print("WARNING: overhead_ratio < 1.0: the check includes both forwards, so this is noise "
               "or contention; rerun with more --repeats / fewer other processes")
     print(f"overhead_failing_ratio={t['check_failing_s'] / t['two_forwards_s']:.3f}")
-    figures = {"overhead_ratio": ratio, **t}
-    if not args.no_memory:
-        m = measure_memory(args)
-        base, deep = m[args.layers], m[args.deep_layers]
-        dm = deep["extra_bytes"] / base["extra_bytes"] if base["extra_bytes"] > 0 else float("nan")
-        for layers, v in m.items():
-            print(f"layers={layers} forwards_peak_mb={v['forwards_peak_bytes'] / 2**20:.1f} "
-                  f"check_peak_mb={v['check_peak_bytes'] / 2**20:.1f} extra_mb={v['extra_bytes'] / 2**20:.1f}")
-        print(f"depth_memory_ratio={dm:.3f}")
-        print(f"(depth_memory_ratio: extra memory at {args.deep_layers} layers / at {args.layers})")
-        figures.update({"depth_memory_ratio": dm, "memory": {str(k): v for k, v in m.items()}})
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(figures, fh, indent=2)
-    return 0
+
+
+def print_memory(args, m: dict) -> dict:
+    """Print the depth-memory figures of :func:`measure_memory`; return them."""
+    base, deep = m[args.layers], m[args.deep_layers]
+    dm = deep["extra_bytes"] / base["extra_bytes"] if base["extra_bytes"] > 0 else float("nan")
+    for layers, v in m.items():
+        print(f"layers={layers} forwards_peak_mb={v['forwards_peak_bytes'] / 2**20:.1f} "
+              f"check_peak_mb={v['check_peak_bytes'] / 2**20:.1f} extra_mb={v['extra_bytes'] / 2**20:.1f}")
+    print(f"depth_memory_ratio={dm:.3f}")
+    print(f"(depth_memory_ratio: extra memory at {args.deep_layers} layers / at {args.layers})")
+    return {"depth_memory_ratio": dm, "memory": {str(k): v for k, v in m.items()}}
 
 
 if __name__ == "__main__":
