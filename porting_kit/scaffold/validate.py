@@ -41,6 +41,20 @@ Two layers, both reported as ``scaffold.*`` findings in one :class:`Report`
 
 A ``scaffold.tier`` finding says which tier ran: ``pass`` for the real
 framework, ``skip`` (with the reason) when only the stored schema was used.
+
+3. **The GPU tier** (:func:`gpu_tier`, at the end of this module): the port served on CUDA
+   through porting-kit's engine-contract driver (not a vLLM engine):
+
+   ================================  =====================================================
+   code                              meaning
+   ================================  =====================================================
+   ``gpu.ok``                        serving-dtype parity (bf16), engine contract and CUDA
+                                     graph ran clean; speed figures in the evidence
+   ``gpu.skipped``                   no CUDA device (or no torch): the reason
+   ``gpu.serving_dtype_failed``      a fail/warn of config/parity/rope/norm/dtype in bf16
+   ``gpu.engine_contract_failed``    a fail/warn of rng/lifecycle with the model on CUDA
+   ``gpu.cudagraph_failed``          a fail/warn of the cudagraph family
+   ================================  =====================================================
 """
 
 from __future__ import annotations
