@@ -44,11 +44,10 @@ from porting_kit.probes.norms import (
     same_function_key,
     same_state,
 )
-
-_MISSING = object()
 from porting_kit.load import run_side
 
 P = "norm"
+_MISSING = object()  # "not fingerprinted yet" (None means "could not be fingerprinted")
 
 #: A row-common bfloat16 error this many times the reference module's means no fp32 upcast
 #: (measured on the embedded example: 0.0004 with the upcast, 0.002 without).
