@@ -120,9 +120,14 @@ def _check(ctx, families: list[str] | None):
     if not families:
         res = get_result(ctx)
     else:
+        spent = {}
         for fam in families:
+            t0 = time.perf_counter()
             importlib.import_module(f"porting_kit.checks.{FAMILIES[fam]}").run(ctx)
+            _sync(ctx.device)
+            spent[fam] = time.perf_counter() - t0
         res = get_result(ctx)  # cached by the parity family
+        res.timing["families"] = spent
     _sync(ctx.device)
     return res
 
@@ -148,7 +153,8 @@ def measure_time(args) -> dict:
            "two_forwards_all_s": fwd, "check_all_s": chk,
            "compared_modules": len(res.stats),
            "clean_status": "pass" if res.first_divergence is None else "fail",
-           "check_parts_s": {k: round(v, 5) for k, v in res.timing.items()},
+           "check_parts_s": {k: (round(v, 5) if isinstance(v, float) else
+                                 {f: round(x, 5) for f, x in v.items()}) for k, v in res.timing.items()},
            "clean_max_module_rel_err": worst.rel_err, "clean_worst_module": worst.pair.reference.key}
     # the failing case also re-runs both forwards to capture the located pair in full
     spec_f, ctx_f, pair_f = _loaded_context(args, args.layers, {"rope_theta_top_level_only": True})
@@ -284,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: correctness only")
     p.add_argument("--no-memory", action="store_true", help="skip the depth-memory measurement")
+    p.add_argument("--memory-only", action="store_true", help="only the depth-memory measurement")
     p.add_argument("--json", default=None, help="also write the figures here")
     p.add_argument("--measure-tolerance", action="store_true",
                    help="print the clean pairs' per-module bf16/fp16 error and exit")
@@ -323,7 +330,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_child:
         print(memory_child(args, args.memory_child, args.layers))
         return 0
-    t = measure_time(args)
+    if args.memory_only:
+        t = None
+    else:
+        t = measure_time(args)
+        print_time(args, t)
+    figures = {} if t is None else {"overhead_ratio": t["check_s"] / t["two_forwards_s"], **t}
+    if not args.no_memory:
+        figures.update(print_memory(args, measure_memory(args)))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(figures, fh, indent=2)
+    return 0
+
+
+def print_time(args, t: dict) -> None:
+    """Print the timing figures of :func:`measure_time`."""
     ratio = t["check_s"] / t["two_forwards_s"]
     print(f"model: width={args.width} layers={args.layers} heads={args.heads} kv_heads={args.kv_heads} "
           f"head_dim={args.head_dim} intermediate={args.intermediate} tokens={args.tokens} "
@@ -341,21 +363,18 @@ def main(argv: list[str] | None = None) -> int:
         print("WARNING: overhead_ratio < 1.0: the check includes both forwards, so this is noise "
               "or contention; rerun with more --repeats / fewer other processes")
     print(f"overhead_failing_ratio={t['check_failing_s'] / t['two_forwards_s']:.3f}")
-    figures = {"overhead_ratio": ratio, **t}
-    if not args.no_memory:
-        m = measure_memory(args)
-        base, deep = m[args.layers], m[args.deep_layers]
-        dm = deep["extra_bytes"] / base["extra_bytes"] if base["extra_bytes"] > 0 else float("nan")
-        for layers, v in m.items():
-            print(f"layers={layers} forwards_peak_mb={v['forwards_peak_bytes'] / 2**20:.1f} "
-                  f"check_peak_mb={v['check_peak_bytes'] / 2**20:.1f} extra_mb={v['extra_bytes'] / 2**20:.1f}")
-        print(f"depth_memory_ratio={dm:.3f}")
-        print(f"(depth_memory_ratio: extra memory at {args.deep_layers} layers / at {args.layers})")
-        figures.update({"depth_memory_ratio": dm, "memory": {str(k): v for k, v in m.items()}})
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(figures, fh, indent=2)
-    return 0
+
+
+def print_memory(args, m: dict) -> dict:
+    """Print the depth-memory figures of :func:`measure_memory`; return them."""
+    base, deep = m[args.layers], m[args.deep_layers]
+    dm = deep["extra_bytes"] / base["extra_bytes"] if base["extra_bytes"] > 0 else float("nan")
+    for layers, v in m.items():
+        print(f"layers={layers} forwards_peak_mb={v['forwards_peak_bytes'] / 2**20:.1f} "
+              f"check_peak_mb={v['check_peak_bytes'] / 2**20:.1f} extra_mb={v['extra_bytes'] / 2**20:.1f}")
+    print(f"depth_memory_ratio={dm:.3f}")
+    print(f"(depth_memory_ratio: extra memory at {args.deep_layers} layers / at {args.layers})")
+    return {"depth_memory_ratio": dm, "memory": {str(k): v for k, v in m.items()}}
 
 
 if __name__ == "__main__":

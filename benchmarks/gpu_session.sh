@@ -4,12 +4,19 @@
 # Steps: carried wheels -> pytest -m gpu -> whole suite -> check (llama, tts) bf16/fp16 ->
 # planted variants bf16 -> dtype_matrix -> check_overhead 7/28 layers (plain, families) -> gpu_speed.
 # Each step has its own `timeout` (seconds below); a step that times out is recorded (rc=124),
-# not fatal. The per-step limits add up to 540 s. ONLY='regex' runs only the matching steps
+# not fatal. A full session does not fit one 600 s device call. ONLY='regex' runs only the matching steps
 # (e.g. ONLY='overhead|gpu_speed') so a session can be split over two device calls.
 set -u
 OUT="${OUT:-./gpu-out}"
 mkdir -p "$OUT"
-export PYTHONPATH="$PWD" MPLBACKEND=Agg HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONDONTWRITEBYTECODE=1
+WHEELS="${WHEELS:-.gpu-wheels}"  # carried py3.12 wheels (librosa, soundfile, ...), installed to /tmp/site
+if [ -d "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$WHEELS"/*.whl > "$OUT/wheels.log" 2>&1 && echo "wheels: $(ls "$WHEELS"/*.whl | wc -l) installed" \
+    || echo "wheels: install failed (see wheels.log)"
+  export PYTHONPATH="/tmp/site"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONDONTWRITEBYTECODE=1
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 T0=$(date +%s)
@@ -28,27 +35,26 @@ step() {  # step NAME SECONDS CMD...: run CMD under timeout, log to $OUT/NAME.lo
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name(0))" > "$OUT/env.txt" 2>&1
 
-if [ -d .gpu-wheels ] && ls .gpu-wheels/*.whl >/dev/null 2>&1; then
-  step wheels 20 python3 -m pip install --no-index --no-deps --quiet .gpu-wheels/*.whl
-fi
 
-step pytest_gpu 60 python3 -m pytest -q -m gpu -p no:cacheprovider -ra
-step pytest_all 240 python3 -m pytest -q -p no:cacheprovider -ra
+step pytest_gpu 120 python3 -m pytest -q -m gpu -p no:cacheprovider -ra
+step pytest_all 240 python3 -m pytest -q -p no:cacheprovider -ra -n "${XDIST:-8}"
 # the summary line only (the whole log stays in pytest_all.log)
 [ -f "$OUT/pytest_all.log" ] && tail -n 1 "$OUT/pytest_all.log" | sed 's/^/pytest_all: /' | tee -a "$SUMMARY"
 
 for dt in bfloat16 float16; do
-  step "check_llama_$dt" 25 python3 -m porting_kit check examples/llama_meta.py --device cuda --dtype "$dt" \
+  step "check_llama_$dt" 40 python3 -m porting_kit check examples/llama_meta.py --device cuda --dtype "$dt" \
     --json "$OUT/check_llama_$dt.json"
-  step "check_tts_$dt" 20 python3 -m porting_kit check --device cuda --dtype "$dt" --json "$OUT/check_tts_$dt.json"
+  step "check_tts_$dt" 40 python3 -m porting_kit check --device cuda --dtype "$dt" --json "$OUT/check_tts_$dt.json"
 done
 
 cat > "$OUT/variants.py" <<'PY'
-import sys
+import os, sys
 from porting_kit.runner import run_check
 from porting_kit.spec import load_spec
 dtype = sys.argv[1]
 for name, src in (("llama", "examples/llama_meta.py"), ("tts", None)):
+    if name not in os.environ.get("PAIRS", "llama,tts").split(","):
+        continue
     spec = load_spec(src) if src else load_spec(example="tts")
     for v in [v for v in spec.variants if not v.startswith("audio_")]:
         dt = "float16" if v == "fp16_overflow" else dtype
@@ -64,24 +70,26 @@ for v in ("graph_stale_output", "graph_shape_changed", "graph_capture_generator"
     rep = run_check(example=ex, only="cudagraph", device="cuda")
     print(f"{ex} -> {', '.join(f.code for f in rep.findings)}: {rep.findings[0].message}", flush=True)
 PY
-step variants_bf16 60 python3 "$OUT/variants.py" bfloat16
+step variants_bf16 90 python3 "$OUT/variants.py" bfloat16
 
+step gpu_speed 40 python3 benchmarks/gpu_speed.py "$OUT/gpu_speed.md" --device cuda
 step dtype_matrix 60 python3 benchmarks/dtype_matrix.py --device cuda --seeds 2 \
   --out "$OUT/dtype_matrix_cuda.md"
 
 OV="--shape qwen3-0.6b --device cuda --dtype bfloat16 --repeats 5"
-step overhead_l7 150 python3 benchmarks/check_overhead.py $OV --layers 7 --deep-layers 28
-step overhead_l28 150 python3 benchmarks/check_overhead.py $OV --layers 28 --no-memory
-step overhead_l7_families 120 python3 benchmarks/check_overhead.py $OV --layers 7 --no-memory \
+step overhead_l7 90 python3 benchmarks/check_overhead.py $OV --layers 7 --no-memory
+step overhead_l28 120 python3 benchmarks/check_overhead.py $OV --layers 28 --no-memory
+step overhead_l7_families 90 python3 benchmarks/check_overhead.py $OV --layers 7 --no-memory \
   --families parity,rope,norm,config,dtype
 step overhead_l28_families 150 python3 benchmarks/check_overhead.py $OV --layers 28 --no-memory \
   --families parity,rope,norm,config,dtype
+# last: four cold child processes (7 and 28 layers, forwards and check)
+step overhead_memory 150 python3 benchmarks/check_overhead.py $OV --layers 7 --deep-layers 28 --memory-only
 
-step gpu_speed 15 python3 benchmarks/gpu_speed.py "$OUT/gpu_speed.md" --device cuda
 
 {
   echo "--- figures"
-  for f in "$OUT"/overhead_*.log; do echo "  $(basename "$f" .log): $(grep -h '^overhead_ratio=\|^depth_memory_ratio=' "$f" | tr '\n' ' ')"; done
+  for f in "$OUT"/overhead_*.log; do echo "  $(basename "$f" .log): $(grep -h '^overhead_ratio=\|^depth_memory_ratio=\|^check_parts_s=' "$f" | tr '\n' ' ')"; done
   for f in "$OUT"/check_*.json; do
     python3 - "$f" <<'PY'
 import json, sys

@@ -37,10 +37,17 @@ from typing import Any
 from porting_kit.context import CheckContext
 from porting_kit.report.findings import Finding, Where, ok, skip
 from porting_kit.locate import NormSite, find_norms
-from porting_kit.probes.norms import NormCall, capture_norm_calls, fingerprint
+from porting_kit.probes.norms import (
+    NormCall,
+    capture_norm_calls,
+    fingerprint,
+    same_function_key,
+    same_state,
+)
 from porting_kit.load import run_side
 
 P = "norm"
+_MISSING = object()  # "not fingerprinted yet" (None means "could not be fingerprinted")
 
 #: A row-common bfloat16 error this many times the reference module's means no fp32 upcast
 #: (measured on the embedded example: 0.0004 with the upcast, 0.002 without).
@@ -205,16 +212,26 @@ _Diagnosis = tuple[str, dict[str, Any], str]  # (code, evidence, message)
 
 def _functions(pairs: list[_Pair]) -> list[Finding]:
     """Fingerprint both norms of every pair and name what each pair's function differs in;
-    one finding per code (the first pair as the example, the count in the evidence)."""
+    one finding per code (the first pair as the example, the count in the evidence). A module
+    of the same class, plain attributes and parameter values as one already fingerprinted
+    computes the same function: its fingerprint is reused (:func:`same_state`)."""
     hits: dict[str, list[tuple[_Pair, dict[str, Any], str]]] = {}
     cache: dict[int, Any] = {}
+    twins: dict[tuple, list[tuple[Any, Any]]] = {}
 
     def fp(site: NormSite):
         if id(site.module) not in cache:
-            try:
-                cache[id(site.module)] = fingerprint(site.module, site.dim)
-            except Exception:  # noqa: BLE001 - a module that cannot run on (rows, dim) alone
-                cache[id(site.module)] = None
+            key = same_function_key(site.module, site.dim)
+            known = twins.get(key, []) if key is not None else []
+            hit = next((f for m, f in known if same_state(m, site.module)), _MISSING)
+            if hit is _MISSING:
+                try:
+                    hit = fingerprint(site.module, site.dim)
+                except Exception:  # noqa: BLE001 - a module that cannot run on (rows, dim) alone
+                    hit = None
+                if key is not None:
+                    twins.setdefault(key, []).append((site.module, hit))
+            cache[id(site.module)] = hit
         return cache[id(site.module)]
 
     for p in pairs:

@@ -223,9 +223,10 @@ def _probe(ctx: CheckContext, pair, ref_sites: list[RotarySite]) -> tuple[Probe 
     if not ref_sites:
         return None, "the reference has no rotary module to take cos/sin from"
     spec = ctx.spec
-    with capture_cos_sin(ref_sites[0].module) as cs, capture_qk(pair.reference) as rq:
+    # each forward stops at its first attention call (layer 0): the rest is not needed
+    with capture_cos_sin(ref_sites[0].module) as cs, capture_qk(pair.reference, stop=True) as rq:
         run_side(spec, "reference", pair.reference, pair.inputs)
-    with capture_qk(pair.candidate) as cq:
+    with capture_qk(pair.candidate, stop=True) as cq:
         run_side(spec, "candidate", pair.candidate, pair.inputs)
     if not cs:
         return None, f"the reference's {ref_sites[0].module_name} did not return (cos, sin)"

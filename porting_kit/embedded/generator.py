@@ -4,7 +4,8 @@ A port spec with only ``engine_model()``: the ``rng`` and ``lifecycle`` families
 drive the model through vLLM-Omni 0.30.0's AR-runner contract
 (:mod:`porting_kit.adapters.vllm_omni.engine`); it defines no parity trio, so
 ``parity`` reports ``skip``. The model is
-:class:`porting_kit.embedded.generator_model.GeneratorTTS` (tiny, seeded, CPU).
+:class:`porting_kit.embedded.generator_model.GeneratorTTS` (tiny, seeded; on the check's
+device: ``--device cuda`` drives it on the GPU).
 
 Run: ``porting-kit check --example generator`` (clean) or
 ``porting-kit check --example generator:<variant>``; each variant plants one
@@ -47,7 +48,9 @@ def engine_model():
     Returns
     -------
     porting_kit.embedded.generator_model.GeneratorTTSNoFinishHook
-        A fresh, seeded model on the CPU (``GeneratorTTS`` except for the
+        A fresh, seeded model on ``torch.get_default_device()`` (the CPU, or the check's
+        device: the engine-contract suite builds it under ``with torch.device(...)``;
+        ``GeneratorTTS`` except for the
         ``no_on_requests_finished`` variant); the engine driver calls this once per scenario.
     """
     from porting_kit.embedded.generator_model import FAULTS, build_model  # torch only when used

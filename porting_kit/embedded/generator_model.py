@@ -127,7 +127,8 @@ class TinyCodecLM(nn.Module):
         -------
         torch.Tensor [shape=(1, HIDDEN)]
         """
-        ids = torch.tensor(list(text.encode("utf-8")) or [0], dtype=torch.long)
+        ids = torch.tensor(list(text.encode("utf-8")) or [0], dtype=torch.long,
+                           device=self.text_emb.weight.device)
         return self.text_emb(ids).mean(dim=0, keepdim=True)
 
     def step(self, h: torch.Tensor, prev_code: int, bias: torch.Tensor):
@@ -146,8 +147,9 @@ class TinyCodecLM(nn.Module):
         -------
         logits : torch.Tensor [shape=(CODEBOOK,)]
         h : torch.Tensor [shape=(1, HIDDEN)]
+            On the module's device.
         """
-        h = self.cell(self.code_emb(torch.tensor([prev_code])), h)
+        h = self.cell(self.code_emb(torch.tensor([prev_code], device=self.head.weight.device)), h)
         return self.head(h)[0] + bias, h
 
 
@@ -177,11 +179,12 @@ class TinySineCodec(nn.Module):
         Returns
         -------
         audio : torch.Tensor [shape=(2, frames * HOP), float32]
-            Left gain 0.30, right 0.24 with a 0.3 rad phase lead, plus a +-0.02 learned texture.
+            Left gain 0.30, right 0.24 with a 0.3 rad phase lead, plus a +-0.02 learned texture;
+            on the module's device.
         phase : float
             Radians in ``[0, 2 pi)`` for the next chunk.
         """
-        t = torch.arange(HOP, dtype=torch.float32)
+        t = torch.arange(HOP, dtype=torch.float32, device=self.texture.weight.device)
         frames = []
         for k in codes.tolist():
             freq = 110.0 * 2.0 ** (k / 8.0)
@@ -205,7 +208,12 @@ class GeneratorTTSNoFinishHook(nn.Module):
     fault : str or None, default None
         A key of :data:`FAULTS`, or ``None`` for the clean model.
     weight_seed : int, default 0
-        Seed of the random weights (drawn in a forked RNG: the process RNG is untouched).
+        Seed of the random weights (drawn on the CPU in a forked RNG: the process RNGs are
+        untouched and every device gets the same weights).
+    device : str or torch.device, optional
+        Where the model lives and decodes (its sampling generators too); default
+        ``torch.get_default_device()``, so a model built under ``with torch.device("cuda"):``
+        (as vLLM builds models) lands on the GPU. Audio chunks are returned on the CPU.
 
     Raises
     ------
@@ -218,16 +226,19 @@ class GeneratorTTSNoFinishHook(nn.Module):
     has_preprocess = False
     enable_update_additional_information = True
 
-    def __init__(self, fault: str | None = None, *, weight_seed: int = 0) -> None:
+    def __init__(self, fault: str | None = None, *, weight_seed: int = 0, device=None) -> None:
         super().__init__()
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
         self.fault = fault
-        # Seeded init without touching the caller's process RNG.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(weight_seed)
+        device = torch.device(device) if device is not None else torch.get_default_device()
+        # Seeded init on the CPU without touching the caller's process RNGs: fork_rng restores
+        # the CPU generator, and only that one is seeded (torch.manual_seed would reseed CUDA's)
+        with torch.device("cpu"), torch.random.fork_rng(devices=[]):
+            torch.random.default_generator.manual_seed(weight_seed)
             self.lm = TinyCodecLM()
             self.codec = TinySineCodec()
+        self.to(device)
         self.eval()
         self._stream_gens: dict[str, Any] = {}
         self._created: dict[str, int] = {}
@@ -266,7 +277,8 @@ class GeneratorTTSNoFinishHook(nn.Module):
         seed = _pick(info, "seed", None)
         temperature = float(_pick(info, "audio_temperature", 0.8))
         top_k = int(_pick(info, "audio_top_k", 8))
-        gen = torch.Generator(device="cpu")
+        dev = self.lm.head.weight.device
+        gen = torch.Generator(device=dev)
         if seed is None or self.fault == "unseeded_generator":
             gen.seed()
         else:
@@ -284,7 +296,7 @@ class GeneratorTTSNoFinishHook(nn.Module):
         try:
             n_chunks = len(text.split()) + 1
             center = sum(text.encode("utf-8")) % (CODEBOOK - 8) + 4
-            bias = -((torch.arange(CODEBOOK, dtype=torch.float32) - center) / 3.0) ** 2
+            bias = -((torch.arange(CODEBOOK, dtype=torch.float32, device=dev) - center) / 3.0) ** 2
             h = self.lm.init_state(text)
             prev, phase = CODEBOOK, 0.0
             emitted: list[torch.Tensor] = []
@@ -297,8 +309,8 @@ class GeneratorTTSNoFinishHook(nn.Module):
                     probs = torch.softmax(logits.masked_fill(logits < kth, float("-inf")), dim=-1)
                     prev = int(torch.multinomial(probs, 1, generator=draw_from))
                     codes.append(prev)
-                stereo, phase = self.codec.decode(torch.tensor(codes), phase)
-                chunk = stereo if self.fault == "stereo_not_mixed" else _to_mono_1d(stereo)
+                stereo, phase = self.codec.decode(torch.tensor(codes, device=dev), phase)
+                chunk = stereo.cpu() if self.fault == "stereo_not_mixed" else _to_mono_1d(stereo)
                 emitted.append(chunk)
                 out = torch.cat(emitted, dim=-1) if self.fault == "cumulative_output" else chunk
                 yield out, c == n_chunks - 1
@@ -332,7 +344,7 @@ class GeneratorTTSNoFinishHook(nn.Module):
         Returns
         -------
         OmniOutput
-            ``text_hidden_states`` [shape=(tokens, HIDDEN)] zeros and ``multimodal_outputs =
+            ``text_hidden_states`` [shape=(tokens, HIDDEN)] zeros on the model's device and ``multimodal_outputs =
             {"model_outputs": [chunk per row], "sr": [tensor(24000) per row]}``; a chunk is
             [shape=(FRAMES_PER_CHUNK * HOP,)] = 960 samples (40 ms) of mono float32, empty for a
             dummy row or an exhausted stream.
@@ -340,7 +352,7 @@ class GeneratorTTSNoFinishHook(nn.Module):
         sr = torch.tensor(SAMPLE_RATE, dtype=torch.int32)
         empty = torch.zeros((0,), dtype=torch.float32)
         n_tok = 1 if input_ids is None else max(1, int(input_ids.shape[0]))
-        hidden = torch.zeros((n_tok, HIDDEN), dtype=torch.float32)
+        hidden = torch.zeros((n_tok, HIDDEN), dtype=torch.float32, device=self.lm.head.weight.device)
         infos = runtime_additional_information or [{}]
 
         if not runtime_additional_information or all(i.get("_is_dummy") for i in infos):
@@ -395,7 +407,7 @@ class GeneratorTTSNoFinishHook(nn.Module):
         Returns
         -------
         torch.Tensor [shape=(rows, VOCAB)]
-            ``1e6`` at EOS (token 2) on rows flagged finished by the latest ``forward``, else
+            On ``hidden_states``' device: ``1e6`` at EOS (token 2) on rows flagged finished by the latest ``forward``, else
             ``-1e9`` at EOS and ``1e6`` at token 1; rows beyond the latest batch count as
             finished.
         """
@@ -410,7 +422,7 @@ class GeneratorTTSNoFinishHook(nn.Module):
             else:
                 logits[r, EOS_TOKEN_ID] = -1.0e9
                 logits[r, SAFE_TOKEN_ID] = 1.0e6
-        return logits
+        return logits.to(hidden_states.device)  # built on the host: one copy, not one per row
 
     def load_weights(self, weights) -> set[str]:
         """Weights are seeded in ``__init__``; drain the iterator (vLLM convention).
@@ -448,13 +460,15 @@ class GeneratorTTS(GeneratorTTSNoFinishHook):
                 gen.close()
 
 
-def build_model(fault: str | None = None) -> GeneratorTTSNoFinishHook:
+def build_model(fault: str | None = None, device=None) -> GeneratorTTSNoFinishHook:
     """The example model with ``fault`` planted.
 
     Parameters
     ----------
     fault : str or None, default None
         A key of :data:`FAULTS`; ``None`` is the clean model.
+    device : str or torch.device, optional
+        Where the model lives (default ``torch.get_default_device()``).
 
     Returns
     -------
@@ -467,5 +481,5 @@ def build_model(fault: str | None = None) -> GeneratorTTSNoFinishHook:
         Unknown ``fault``.
     """
     if fault == "no_on_requests_finished":
-        return GeneratorTTSNoFinishHook(fault)
-    return GeneratorTTS(fault)
+        return GeneratorTTSNoFinishHook(fault, device=device)
+    return GeneratorTTS(fault, device=device)

@@ -51,8 +51,8 @@ def build_step(fault: str | None = None, device: str = "cpu"):
     from porting_kit.embedded.generator_model import CODEBOOK, HIDDEN, TinyCodecLM
     from porting_kit.probes.cudagraph import DecodeStep
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+    with torch.device("cpu"), torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(0)  # the CPU generator only: CUDA's untouched
         lm = TinyCodecLM().eval()
     state: dict[str, Any] = {"device": None}
 

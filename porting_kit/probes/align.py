@@ -160,6 +160,25 @@ def _lift(name: str, names: set[str]) -> str | None:
     return name if name in names else _parent(name, names)
 
 
+def _memo_lift(names: set[str]):
+    """:func:`_lift` over ``names`` with every name and ancestor it meets remembered: a
+    weight map names hundreds of tensors under a few dozen captured modules."""
+    memo: dict[str, str | None] = {}
+
+    def lift(name: str) -> str | None:
+        if name in memo:
+            return memo[name]
+        if name in names:
+            got = name
+        elif not name:
+            got = None
+        else:
+            got = lift(name.rsplit(".", 1)[0] if "." in name else "")
+        memo[name] = got
+        return got
+    return lift
+
+
 def _parent(name: str, names: set[str]) -> str | None:
     while name:
         name = name.rsplit(".", 1)[0] if "." in name else ""
@@ -257,8 +276,9 @@ def _by_weights(st: _Pairing, weight_map: dict[str, list[str]] | None) -> list[t
         return fused
     c2r: dict[str, set[str]] = {}
     r2c: dict[str, set[str]] = {}
+    lift_c, lift_r = _memo_lift(st.cnames), _memo_lift(st.rnames)
     for cparam, rtensors in weight_map.items():
-        cmod = _lift(_owner(cparam), st.cnames)
+        cmod = lift_c(_owner(cparam))
         if cmod is None:
             continue
         if len(rtensors) > 1:  # tied weights: prefer the one with the same leaf names
@@ -266,7 +286,7 @@ def _by_weights(st: _Pairing, weight_map: dict[str, list[str]] | None) -> list[t
             same = [t for t in rtensors if t.endswith(leaf)]
             rtensors = same if len(same) == 1 else rtensors
         for rt in rtensors:
-            rmod = _lift(_owner(rt), st.rnames)
+            rmod = lift_r(_owner(rt))
             if rmod is None:
                 continue
             c2r.setdefault(cmod, set()).add(rmod)

@@ -109,6 +109,9 @@ def _flat_pair(ref, cand):
 
 
 _CHUNK = 1 << 22  # elements per chunk: bounds the comparison's transient memory
+#: On CUDA a chunk's reductions are launch-bound below ~10M elements: 64M float32 elements
+#: (256 MB transient) compare a 512 x 151936 logit tensor in two chunks.
+_CHUNK_CUDA = 1 << 26
 
 
 def quick_metrics(ref, cand, tol: Tolerance) -> TensorMetrics | None:
@@ -144,22 +147,30 @@ def quick_metrics(ref, cand, tol: Tolerance) -> TensorMetrics | None:
 
     a_all, b_all = _flat_pair(ref, cand)
     n = a_all.numel()
-    f64 = torch.float64
-    dev = a_all.device
-    aa = torch.zeros((), dtype=f64, device=dev)
-    dd = torch.zeros((), dtype=f64, device=dev)
-    mx = torch.zeros((), device=dev)
-    mis = torch.zeros((), dtype=torch.long, device=dev)
-    for start in range(0, n, _CHUNK):
-        a = a_all[start:start + _CHUNK].float()
-        d = b_all[start:start + _CHUNK].float() - a
-        aa += torch.sum(a * a, dtype=f64)
-        dd += torch.sum(d * d, dtype=f64)
-        d.abs_()
-        mx = torch.maximum(mx, d.max()) if d.numel() else mx
+    if not a_all.is_floating_point():
+        a_all = a_all.float()
+    f32 = torch.float64 if a_all.dtype == torch.float64 else torch.float32  # accumulation dtype
+    chunk = _CHUNK_CUDA if a_all.is_cuda else _CHUNK
+    # per chunk: ||a||, ||b - a|| and max |b - a| (norm reductions read bf16/fp16 in float32
+    # without a copy on CUDA); the partial figures stay on the device until one host copy
+    parts = []
+    for start in range(0, n, chunk):
+        a = a_all[start:start + chunk]
+        d = b_all[start:start + chunk].to(f32, copy=True).sub_(a)  # never in place on cand
+        norms = [torch.linalg.vector_norm(a, dtype=f32), torch.linalg.vector_norm(d),
+                 torch.linalg.vector_norm(d, ord=float("inf"))]
         if tol.elementwise:
-            mis += (d > torch.abs(a).mul_(tol.rtol).add_(tol.atol)).sum()
-    aa_v, dd_v, mx_v, mis_v = torch.stack([aa, dd, mx.double(), mis.double()]).tolist()
+            norms.append((d.abs_() > torch.abs(a.to(f32)).mul_(tol.rtol).add_(tol.atol)).sum().to(f32))
+        parts.append(torch.stack(norms))
+    if not parts:
+        return TensorMetrics(numel=0, mismatched=0, max_abs=0.0, max_rel=None, rel_err=0.0, cosine=None,
+                             nonfinite_reference=0, nonfinite_candidate=0, within_tolerance=True,
+                             tolerance=tol.describe())
+    host = torch.stack(parts).double().cpu()
+    aa_v = float((host[:, 0] ** 2).sum())
+    dd_v = float((host[:, 1] ** 2).sum())
+    mx_v = float(host[:, 2].max())
+    mis_v = float(host[:, 3].sum()) if tol.elementwise else 0.0
     if not all(map(lambda v: v == v and abs(v) != float("inf"), (aa_v, dd_v, mx_v))):
         return None  # NaN/Inf somewhere: the full report counts and locates them
     ref_norm = aa_v ** 0.5

@@ -27,8 +27,8 @@ def get_suite(ctx):
     ----------
     ctx : porting_kit.context.CheckContext
         Its spec's ``engine_model()`` is the model factory (called once per scenario:
-        each scenario gets a fresh model); ``ctx.device`` is where the driver puts input
-        ids and positions. The suite is stored under :data:`STATE_KEY`, shared by the
+        each scenario gets a fresh model), called under ``with torch.device(ctx.device)``;
+        ``ctx.device`` is also where the driver puts input ids and positions. The suite is stored under :data:`STATE_KEY`, shared by the
         ``rng`` and ``lifecycle`` families.
 
     Returns
@@ -48,9 +48,13 @@ def get_suite(ctx):
         from porting_kit.adapters.vllm_omni.engine import EngineError, run_contract_suite
 
         def factory():
-            # The model places itself (as a vLLM model does in __init__); the driver
-            # puts input ids and positions on ctx.device.
-            return ctx.spec.call("engine_model")
+            # Built under ``with torch.device(ctx.device)``, as vLLM builds a model on its
+            # device (a model that places itself elsewhere stays there); the driver puts
+            # input ids and positions on ctx.device.
+            import torch
+
+            with torch.device(ctx.device):
+                return ctx.spec.call("engine_model")
 
         ctx.progress("rng/lifecycle: driving engine_model() through the AR-runner contract")
         try:

@@ -33,8 +33,7 @@ from porting_kit.probes.capture import (
     capture_full,
     capture_summaries,
     coarse_names,
-    estimate_abs_err,
-    estimate_rel_err,
+    estimate_errors,
     subtree_names,
 )
 from porting_kit.probes.compare import TensorMetrics, first_tensor, quick_metrics, tensor_metrics
@@ -93,7 +92,9 @@ class ParityResult:
         ``{"reference": Record|None, "candidate": Record|None}``.
     tolerance : Tolerance
     timing : dict
-        Seconds: ``forward_reference``, ``forward_candidate``, ``compare``, ``locate``.
+        Seconds: ``forward_reference``, ``forward_candidate``, ``compare``, ``locate``. On
+        CUDA the reference's figure is the time to queue its forward (no sync between the
+        two passes); its GPU time that had not ended by then counts in the candidate's.
     """
 
     pair: LoadedPair
@@ -143,13 +144,16 @@ def _sync(t) -> None:
         torch.cuda.synchronize(t.device)
 
 
-def _screen(p: AlignedPair, tol: Tolerance) -> PairStat:
-    r, c = p.reference.out, p.candidate.out
-    rel = estimate_rel_err(r, c)
-    ab = estimate_abs_err(r, c)
-    nonfinite = bool(r.nonfinite or c.nonfinite)
-    flagged = nonfinite or ab > tol.tensor_bound(r.numel, r.norm)
-    return PairStat(p, rel, ab, flagged)
+def _screen_all(pairs: list[AlignedPair], tol: Tolerance) -> list[PairStat]:
+    """:func:`_screen` of the comparable pairs, the sketch errors estimated in one batch."""
+    comp = [p for p in pairs if p.comparable]
+    errs = estimate_errors([(p.reference.out, p.candidate.out) for p in comp])
+    stats = []
+    for p, (rel, ab) in zip(comp, errs):
+        r, c = p.reference.out, p.candidate.out
+        flagged = bool(r.nonfinite or c.nonfinite) or ab > tol.tensor_bound(r.numel, r.norm)
+        stats.append(PairStat(p, rel, ab, flagged))
+    return stats
 
 
 def _is_ancestor(a: str, b: str) -> bool:
@@ -245,22 +249,31 @@ def get_result(ctx) -> ParityResult:
     coarse_r, coarse_c = coarse_names(pair.reference), coarse_names(pair.candidate)
     if coarse_r is None or coarse_c is None:
         coarse_r = coarse_c = None
+    # No host sync between the two passes: on a GPU the candidate's kernels queue while the
+    # reference's still run; both sketch buffers come to the host once both are queued.
+    import torch
+
     ctx.progress("parity: reference forward")
     t0 = time.perf_counter()
     rrec: list[Record] = []
-    out_r = _forward(spec, "reference", pair.reference, pair.inputs, rrec, only=coarse_r)
+    with capture_summaries(pair.reference, rrec, only=coarse_r, defer=True) as pass_r, torch.no_grad():
+        out_r = _run(spec, "reference", pair.reference, pair.inputs)
     timing["forward_reference"] = time.perf_counter() - t0
     ctx.progress("parity: candidate forward")
     t0 = time.perf_counter()
     crec: list[Record] = []
-    out_c = _forward(spec, "candidate", pair.candidate, pair.inputs, crec,
-                     output_permutation=pair.weights.output_permutation, only=coarse_c)
+    with capture_summaries(pair.candidate, crec, output_permutation=pair.weights.output_permutation,
+                           only=coarse_c, defer=True) as pass_c, torch.no_grad():
+        out_c = _run(spec, "candidate", pair.candidate, pair.inputs)
+    pass_r.finish()
+    pass_c.finish()
+    _sync(out_c)
     timing["forward_candidate"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     module_map = spec.get("module_map")
     alignment = align(rrec, crec, module_map=module_map, weight_map=pair.weights.weight_map)
-    stats = [_screen(p, tol) for p in alignment.pairs if p.comparable]
+    stats = _screen_all(alignment.pairs, tol)
     if tuple(out_r.shape) == tuple(out_c.shape):
         output_metric = quick_metrics(out_r, out_c, tol) or tensor_metrics(out_r, out_c, tol)
     else:
@@ -287,7 +300,7 @@ def get_result(ctx) -> ParityResult:
             _forward(spec, "candidate", pair.candidate, pair.inputs, fine_c,
                      output_permutation=pair.weights.output_permutation, only=sub_c)
             fine_al = align(fine_r, fine_c, module_map=module_map, weight_map=pair.weights.weight_map)
-            scope = [_screen(p, tol) for p in fine_al.pairs if p.comparable]
+            scope = _screen_all(fine_al.pairs, tol)
             known = {st.pair.reference.key for st in stats}
             # the block's insides go in just before the block (they complete before it)
             inner = [st for st in scope if st.pair.reference.key not in known]

@@ -215,6 +215,58 @@ def fingerprint(module, dim: int) -> Fingerprint:
                        bf16_error(module, dim), torch.cat([y, ya], 0))
 
 
+def same_function_key(module, dim: int) -> tuple | None:
+    """What two norm modules must share to compute the same function, parameters aside.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+    dim : int
+        Its normalised width.
+
+    Returns
+    -------
+    tuple or None
+        ``(class, dim, plain attributes, (name, shape, dtype) of each parameter / buffer)``;
+        ``None`` (never shared) for a module with submodules or with a public attribute that
+        is not a number, string, bool, ``None`` or a tuple of those (its behaviour could
+        hang on it).
+    """
+    if module._modules:
+        return None
+    attrs = []
+    for k, v in sorted(vars(module).items()):
+        if k.startswith("_") or k == "training":
+            continue
+        plain = (bool, int, float, str, type(None))
+        if not isinstance(v, plain) and not (isinstance(v, tuple) and all(isinstance(x, plain) for x in v)):
+            return None
+        attrs.append((k, v))
+    state = tuple((n, tuple(t.shape), str(t.dtype), str(t.device))
+                  for n, t in [*module.named_parameters(), *module.named_buffers()])
+    return (type(module), dim, tuple(attrs), state)
+
+
+def same_state(a, b) -> bool:
+    """Whether two modules of one :func:`same_function_key` hold equal parameters and buffers.
+
+    Parameters
+    ----------
+    a, b : torch.nn.Module
+
+    Returns
+    -------
+    bool
+        Every parameter and buffer equal element for element (``torch.equal``; one small
+        comparison per tensor, on their device).
+    """
+    import torch
+
+    ta = [t for _, t in [*a.named_parameters(), *a.named_buffers()]]
+    tb = [t for _, t in [*b.named_parameters(), *b.named_buffers()]]
+    return len(ta) == len(tb) and all(torch.equal(x, y) for x, y in zip(ta, tb))
+
+
 def _ls_fit(n, y):
     """Per-dim least squares ``y = a * n + c``; returns (a, c, relative residual)."""
     nm, ym = n.mean(0), y.mean(0)

@@ -229,8 +229,14 @@ class QKCapture:
     k: Any = field(repr=False)
 
 
+class ForwardStopped(BaseException):
+    """Raised inside a forward by :func:`capture_qk` (``stop=True``) once it has what it
+    needs; a ``BaseException`` so that a model's ``except Exception`` does not swallow it.
+    The ``with capture_qk(...)`` block absorbs it."""
+
+
 @contextmanager
-def capture_qk(model, limit: int = 1) -> Iterator[list[QKCapture]]:
+def capture_qk(model, limit: int = 1, *, stop: bool = False) -> Iterator[list[QKCapture]]:
     """Record the q/k of the first ``limit`` attention calls of ``model``.
 
     Catches ``torch.nn.functional.scaled_dot_product_attention`` and, for eager
@@ -243,6 +249,11 @@ def capture_qk(model, limit: int = 1) -> Iterator[list[QKCapture]]:
         Every submodule gets a pre/post forward hook, to know which module is running.
     limit : int, default 1
         Attention calls to record; later calls are ignored.
+    stop : bool, default False
+        End the forward (:class:`ForwardStopped`, absorbed at the end of the ``with``
+        block: the rest of the block's body does not run) as soon as ``limit`` calls are
+        recorded, before that attention runs: layer 0's q/k cost one layer of the forward,
+        not all of it.
 
     Yields
     ------
@@ -283,6 +294,8 @@ def capture_qk(model, limit: int = 1) -> Iterator[list[QKCapture]]:
             q, k = q.unsqueeze(0), k.unsqueeze(0)
         site = stack[-1][0] if stack else ""
         got.append(QKCapture(site, op, q.detach().clone(), k.detach().clone()))
+        if stop and len(got) >= limit:
+            raise ForwardStopped
 
     class Mode(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -305,6 +318,8 @@ def capture_qk(model, limit: int = 1) -> Iterator[list[QKCapture]]:
     try:
         with Mode():
             yield got
+    except ForwardStopped:
+        pass
     finally:
         for h in handles:
             h.remove()

@@ -79,6 +79,20 @@ The static tier has two layers, both reported as ``scaffold.*`` findings:
 
 A ``scaffold.tier`` finding says which tier ran: ``pass`` for the real
 framework, ``skip`` (with the reason) when only the stored schema was used.
+
+The GPU tier (:func:`gpu_tier`, at the end of this module): the port served on CUDA
+through porting-kit's engine-contract driver (not a vLLM engine):
+
+================================  =====================================================
+code                              meaning
+================================  =====================================================
+``gpu.ok``                        serving-dtype parity (bf16), engine contract and CUDA
+                                  graph ran clean; speed figures in the evidence
+``gpu.skipped``                   no CUDA device (or no torch): the reason
+``gpu.serving_dtype_failed``      a fail/warn of config/parity/rope/norm/dtype in bf16
+``gpu.engine_contract_failed``    a fail/warn of rng/lifecycle with the model on CUDA
+``gpu.cudagraph_failed``          a fail/warn of the cudagraph family
+================================  =====================================================
 """
 
 from __future__ import annotations
@@ -1342,29 +1356,124 @@ def run_tier(root: Path, manifest: dict, *, device: str = "cpu") -> list[Finding
     return run_findings(run_pipeline(Path(root), manifest, device=device))
 
 
+# -- the GPU tier ----------------------------------------------------------------------------
+#: dtype of the serving-dtype parity step of the GPU tier.
+GPU_SERVING_DTYPE = "bfloat16"
+#: The families each GPU step runs: (step, families, gpu.* code when a finding fails or warns).
+GPU_STEPS = (
+    ("serving_dtype", "config,parity,rope,norm,dtype", "gpu.serving_dtype_failed"),
+    ("engine_contract", "rng,lifecycle", "gpu.engine_contract_failed"),
+    ("cudagraph", "cudagraph", "gpu.cudagraph_failed"),
+)
+
+
+def _gpu_f(code: str, status: str, message: str, hint: str = "", **evidence) -> Finding:
+    return Finding("gpu", code, status, message,
+                   {k: v for k, v in evidence.items() if v is not None}, Where(), hint)
+
+
+def _cuda_missing() -> str | None:
+    """Why the GPU tier cannot run here, or ``None`` when CUDA is available."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed (pip install 'porting-kit[torch]')"
+    if not torch.cuda.is_available():
+        return f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False)"
+    return None
+
+
+def _gpu_speed_evidence(spec) -> dict[str, Any]:
+    """RTF / TTFA / syncs per step at concurrency 1 and 4, and eager vs CUDA-graph decode step."""
+    from porting_kit.probes.speed import graph_speed, request_speed
+
+    ev: dict[str, Any] = {}
+    if spec.has("engine_model"):
+        def factory():
+            return spec.call("engine_model")
+
+        request_speed(factory, 1, 1, "cuda")  # warm-up: CUDA context and kernels
+        for conc in (1, 4):
+            s = request_speed(factory, conc, 8, "cuda")
+            ev.update({f"rtf_c{conc}": round(s.rtf, 4), f"ttfa_ms_c{conc}": round(s.ttfa_ms, 2),
+                       f"syncs_per_step_c{conc}": round(s.syncs_per_step, 2)})
+    if spec.has("decode_step"):
+        g = graph_speed(spec.call("decode_step"), "cuda")
+        ev.update({"decode_eager_us": round(g.eager_us, 1), "decode_graph_us": round(g.graph_us, 1),
+                   "decode_graph_syncs_per_step": g.graph_syncs_per_step})
+    return ev
+
+
 def gpu_tier(root: Path | None, manifest: dict | None, *, spec: str | None = None) -> list[Finding]:
-    """The gpu tier: serving-dtype parity, contract under load, CUDA graphs, speed.
+    """The GPU tier of ``validate``: the port served on CUDA, as it will be in production.
+
+    Steps, each through :func:`porting_kit.runner.run_check` on ``cuda``: serving-dtype
+    parity in bfloat16 (``config,parity,rope,norm,dtype``: the candidate cast as
+    ``from_pretrained(dtype=...)`` casts, float32 RoPE tables kept), the engine contract
+    (``rng,lifecycle``: seeded requests interleaved, joining, aborted, with the model on the
+    GPU) and the CUDA graph of the AR decode step (``cudagraph``); then speed figures
+    (:mod:`porting_kit.probes.speed`) as evidence. A step whose families all skip (the spec
+    defines no parity trio / ``engine_model()`` / ``decode_step()``) is listed as skipped.
+    The models are driven by porting-kit's engine-contract driver, not a vLLM engine.
 
     Parameters
     ----------
     root : Path or None
-        The scaffold folder (None for a single deploy YAML).
+        The scaffold folder (unused by these steps; the generated scaffold's own serving
+        run belongs to the run tier).
     manifest : dict or None
-        Its manifest (None for a single deploy YAML).
-    spec : str or None
-        The port spec whose checks run in the serving dtype.
+        The scaffold manifest; its ``"spec"`` entry (a port spec path) is used when
+        ``spec`` is not given.
+    spec : str, optional
+        Port spec path. Default: the manifest's, else the embedded examples (``tts`` for
+        the serving dtype, ``generator`` for the engine contract and the CUDA graph).
 
     Returns
     -------
     list of Finding
-        ``gpu.*`` findings; here one ``gpu.skipped`` with the reason (CUDA absent,
-        or the tier is not built yet).
-    """
-    try:
-        import torch
+        ``gpu.skipped`` (skip, the reason) without CUDA; otherwise one
+        ``gpu.serving_dtype_failed`` / ``gpu.engine_contract_failed`` /
+        ``gpu.cudagraph_failed`` (fail, naming the fail/warn codes of that step) per step
+        that found something, or one ``gpu.ok`` (pass) with the steps run and skipped and
+        the speed figures.
 
-        cuda = bool(torch.cuda.is_available())
-    except ImportError:
-        cuda = False
-    reason = "gpu tier not built" if cuda else "CUDA absent: the gpu tier needs a CUDA device"
-    return [_tier_skip("gpu", reason)]
+    Raises
+    ------
+    InputError
+        The spec cannot be loaded or a model cannot run (exit 2).
+    """
+    why = _cuda_missing()
+    if why is not None:
+        return [_gpu_f("gpu.skipped", "skip", f"GPU tier skipped: {why}.",
+                       hint="run validate on a machine with CUDA to serve the port on the GPU")]
+    from porting_kit.runner import run_check
+    from porting_kit.spec import load_spec
+
+    spec = spec or (manifest or {}).get("spec")
+    findings: list[Finding] = []
+    ran, skipped = [], []
+    for step, families, code in GPU_STEPS:
+        example = "tts" if step == "serving_dtype" else "generator"
+        src = load_spec(spec) if spec else load_spec(example=example)
+        dtype = GPU_SERVING_DTYPE if step == "serving_dtype" else None
+        rep = run_check(src, only=families, device="cuda", dtype=dtype)
+        if all(f.status == "skip" for f in rep.findings):
+            skipped.append(step)
+            continue
+        ran.append(step)
+        bad = [f for f in rep.findings if f.status in ("fail", "warn")]
+        if bad:
+            codes = sorted({f.code for f in bad})
+            findings.append(_gpu_f(code, "fail", f"On CUDA ({step.replace('_', ' ')}"
+                                   f"{', ' + dtype if dtype else ''}): {', '.join(codes)}: "
+                                   f"{bad[0].message}", hint=bad[0].hint, codes=", ".join(codes),
+                                   spec=src.name, dtype=dtype))
+    if findings:
+        return findings
+    speed_spec = load_spec(spec) if spec else load_spec(example="generator")
+    ev = {"spec": spec or "embedded tts + generator", "steps_run": ", ".join(ran),
+          "steps_skipped": ", ".join(skipped) or None, "dtype": GPU_SERVING_DTYPE,
+          **_gpu_speed_evidence(speed_spec)}
+    return [_gpu_f("gpu.ok", "pass", f"Served on CUDA: {', '.join(ran) or 'nothing'} ran clean"
+                   + (f" ({', '.join(skipped)} skipped: the spec does not define it)" if skipped else "")
+                   + ".", **ev)]

@@ -74,3 +74,19 @@ def test_find_norms_skips_groupnorm():
     m = torch.nn.Sequential(RMS(8), torch.nn.LayerNorm(8), torch.nn.GroupNorm(2, 8))
     names = [(s.name, s.dim, s.type) for s in find_norms(m)]
     assert names == [("0", 8, "RMS"), ("1", 8, "LayerNorm")]
+
+
+def test_same_function_key_and_state_share_only_equal_norms():
+    import torch
+
+    from porting_kit.probes.norms import same_function_key, same_state
+
+    a, b, c = torch.nn.RMSNorm(8, eps=1e-6), torch.nn.RMSNorm(8, eps=1e-6), torch.nn.RMSNorm(8, eps=1e-5)
+    assert same_function_key(a, 8) == same_function_key(b, 8) != same_function_key(c, 8)
+    assert same_state(a, b)
+    with torch.no_grad():
+        b.weight[3] = 2.0
+    assert not same_state(a, b)  # same key, other weights: fingerprinted apart
+    a.config = object()  # behaviour could hang on a non-scalar attribute: never shared
+    assert same_function_key(a, 8) is None
+    assert same_function_key(torch.nn.Sequential(torch.nn.RMSNorm(8)), 8) is None
