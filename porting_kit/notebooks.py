@@ -178,11 +178,13 @@ def check(spec="tts", *, variant: str | None = None, only=None, device: str = "c
               leave=False) as bar:
         started: list[str] = []
 
-        def progress(family: str) -> None:
-            if started:
-                bar.update(1)
-            started.append(family)
-            bar.set_postfix_str(family)
+        def progress(text: str) -> None:
+            family = text.split(":", 1)[0]  # "parity" as a family starts, "parity: loading weights" within
+            if family in families and family not in started:
+                if started:
+                    bar.update(1)
+                started.append(family)
+            bar.set_postfix_str(text, refresh=True)
 
         report = run_check(spec, only=families, device=device, dtype=dtype, progress=progress)
         bar.update(len(families) - bar.n)
