@@ -24,7 +24,9 @@ SPECS = Path(__file__).resolve().parents[1] / "specs"
 
 
 def _validate_has_tiers() -> bool:
-    return "tiers" in inspect.signature(porting_kit.validate).parameters
+    """``porting_kit.validate(path, tiers=None, spec=None, device=None)`` exists (h-tiers)."""
+    validate = getattr(porting_kit, "validate", None)
+    return validate is not None and "tiers" in inspect.signature(validate).parameters
 
 
 def _strings(obj):
