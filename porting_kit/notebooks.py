@@ -1,4 +1,10 @@
-"""``porting-kit notebooks DIR``: copy the walkthroughs out of the installed package.
+"""The walkthroughs' face: ``porting-kit notebooks DIR``, and the calls the notebooks make.
+
+:func:`spec_from_parameter` reads a walkthrough's ``SPEC`` / ``VARIANT``
+parameters (an embedded example name, ``example:variant``, or a spec path);
+:func:`check` is :func:`porting_kit.runner.run_check` with a ``tqdm.auto``
+progress bar over the families (a widget in JupyterLab when ipywidgets is
+installed, a text bar elsewhere). Neither decides a verdict.
 
 The walkthroughs (``notebooks/*.ipynb``) and the example specs they point at
 (``examples/*.py``, so that ``SPEC = "examples/llama_meta.py"`` works from DIR)
@@ -19,6 +25,9 @@ from pathlib import Path
 from porting_kit.errors import InputError
 from porting_kit.fsutil import atomic_write
 from porting_kit.resources import shipped
+
+#: Spec files are named by path; anything else is an embedded example (``tts``, ``tts:variant``).
+_SPEC_SUFFIX = ".py"
 
 
 @dataclass
@@ -97,3 +106,89 @@ def copy_notebooks(dest: str | Path, *, force: bool = False) -> CopyResult:
             raise InputError(f"notebooks: cannot write {target}: {exc.strerror or exc}") from exc
         result.written.append(str(target.relative_to(dest)))
     return result
+
+
+def spec_from_parameter(spec: str | Path | None = "tts", variant: str | None = None):
+    """Load the spec a walkthrough's ``SPEC`` / ``VARIANT`` parameters name.
+
+    Parameters
+    ----------
+    spec : str or Path or None, default "tts"
+        An embedded example name (``"tts"``, ``"generator"``), ``"example:variant"``, or the path
+        of a spec file (a name ending in ``.py``, or any existing file; relative paths are
+        relative to the kernel's working directory, the notebook's folder). ``None`` is the
+        embedded default example.
+    variant : str, optional
+        A variant of that spec (as ``--variant``).
+
+    Returns
+    -------
+    Spec
+
+    Raises
+    ------
+    InputError
+        Unknown example or variant, missing or unimportable spec file
+        (:func:`porting_kit.spec.load_spec`).
+    """
+    from porting_kit.spec import load_spec
+
+    if spec is None:
+        return load_spec(variant=variant)
+    text = str(spec)
+    if text.endswith(_SPEC_SUFFIX) or Path(text).expanduser().is_file():
+        return load_spec(Path(text).expanduser(), variant=variant)
+    return load_spec(example=text, variant=variant)
+
+
+def check(spec="tts", *, variant: str | None = None, only=None, device: str = "cpu",
+          dtype: str | None = None):
+    """Run the checks of a walkthrough's spec with a progress bar over the families.
+
+    Parameters
+    ----------
+    spec : Spec or str or Path or None, default "tts"
+        A loaded spec, or what :func:`spec_from_parameter` takes.
+    variant : str, optional
+        The spec's variant (ignored when ``spec`` is already a ``Spec``).
+    only : str or list of str, optional
+        Families to run (``"parity,rope"``); all by default.
+    device : str, default "cpu"
+        Torch device (``"cpu"``, ``"cuda"``).
+    dtype : str, optional
+        Serving dtype (``"bfloat16"``...); default keeps the models' dtype.
+
+    Returns
+    -------
+    Report
+        As :func:`porting_kit.runner.run_check` returns it; a failing port is a report with
+        status ``fail``, never an exception.
+
+    Raises
+    ------
+    InputError
+        The checks could not run (bad spec, weights that cannot be loaded, unknown family).
+    """
+    from tqdm.auto import tqdm
+
+    from porting_kit.runner import parse_only, run_check
+    from porting_kit.spec import Spec
+
+    if not isinstance(spec, Spec):
+        spec = spec_from_parameter(spec, variant)
+    families = parse_only(only)
+    with tqdm(total=len(families), desc=f"checks of {spec.name}", unit="family",
+              leave=False) as bar:
+        started: list[str] = []
+
+        def progress(text: str) -> None:
+            family = text.split(":", 1)[0]  # "parity" as a family starts, "parity: loading weights" within
+            if family in families and family not in started:
+                if started:
+                    bar.update(1)
+                started.append(family)
+            bar.set_postfix_str(text, refresh=True)
+
+        report = run_check(spec, only=families, device=device, dtype=dtype, progress=progress)
+        bar.update(len(families) - bar.n)
+    return report

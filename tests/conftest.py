@@ -15,7 +15,6 @@ if _TESTS not in sys.path:
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 try:
     from porting_kit.adapters.torchaudio_guard import ensure_importable

@@ -93,6 +93,18 @@ class Finding:
         d["evidence"] = {k: _jsonable(v) for k, v in self.evidence.items()}
         return d
 
+    def _repr_html_(self) -> str:
+        """The finding as an HTML table row with its evidence (JupyterLab); text repr unchanged.
+
+        Returns
+        -------
+        str
+            :func:`porting_kit.report.html.finding_html`; every value escaped.
+        """
+        from porting_kit.report.html import finding_html
+
+        return finding_html(self)
+
 
 def ok(check: str, message: str = "", evidence: dict[str, Any] | None = None) -> Finding:
     """The single ``<check>.ok`` pass finding of a family that ran and found nothing.
@@ -240,6 +252,19 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "timing": {k: round(float(v), 6) for k, v in self.timing.items()},
         }
+
+    def _repr_html_(self) -> str:
+        """The report as HTML (JupyterLab): status, findings table, first divergence highlighted,
+        aligned modules. The text repr and the terminal rendering are unchanged.
+
+        Returns
+        -------
+        str
+            :func:`porting_kit.report.html.report_html`; every value escaped.
+        """
+        from porting_kit.report.html import report_html
+
+        return report_html(self)
 
     def write_json(self, path: str | Path) -> None:
         """Write the report (schema ``porting-kit/report/1``) atomically to ``path``.

@@ -1,7 +1,10 @@
 """Plots for the notebooks and ``--plot`` options (matplotlib, imported lazily).
 
 Each function takes plain data (a report, arrays) and returns the matplotlib
-``Figure``; nothing here computes a check.
+``Figure``; nothing here computes a check. Nothing here selects a matplotlib
+backend: figures drawn for display go through ``pyplot`` (so JupyterLab's inline
+backend shows them), figures only written to a file are built with
+``matplotlib.figure.Figure`` (no backend involved, nothing left open).
 """
 
 from __future__ import annotations
@@ -90,6 +93,42 @@ def plot_error_per_layer(report, *, ax=None, title: str | None = None):
     return fig
 
 
+def plot_error_per_layer_grid(reports: dict[str, Any], *, title: str | None = None):
+    """Per-layer error of several reports side by side, one axis (own log scale) per report.
+
+    Errors of a clean pair (~1e-7) and of a fault (~1) differ by orders of magnitude; a shared
+    y-axis hides one of them, so each report gets its own axis and each bar its value.
+
+    Parameters
+    ----------
+    reports : dict[str, Report]
+        Label -> parity report (``extras["alignment"]``), drawn left to right.
+    title : str, optional
+        Figure title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.pyplot as plt
+
+    n = max(len(reports), 1)
+    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.4), squeeze=False)
+    for ax, (label, rep) in zip(axes[0], reports.items()):
+        plot_error_per_layer(rep, ax=ax, title=label)
+        heights = [patch.get_height() for patch in ax.patches]
+        for patch, h in zip(ax.patches, heights):
+            ax.annotate("0 (exact)" if h <= 1e-12 else format(h, ".1e"),
+                        (patch.get_x() + patch.get_width() / 2, h),
+                        ha="center", va="bottom", fontsize=7)
+        if heights:
+            ax.set_ylim(top=max(heights) * 5)  # room for the labels on the log axis
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 def alignment_markdown(rows: list[dict[str, Any]], limit: int = 60) -> str:
     """The aligned-module table as Markdown (for ``IPython.display.Markdown``).
 
@@ -104,6 +143,11 @@ def alignment_markdown(rows: list[dict[str, Any]], limit: int = 60) -> str:
     Returns
     -------
     str
+
+    Notes
+    -----
+    In a notebook, ``report.extras["alignment"]`` is shown as an HTML table with the first
+    divergence highlighted by displaying the report itself (:mod:`porting_kit.report.html`).
     """
     head = "| # | reference | candidate | aligned by | est. rel. error | status |\n|---|---|---|---|---|---|\n"
     body = "".join(
@@ -222,12 +266,9 @@ def save_audio_comparison(comparison, path) -> None:
     path : str or pathlib.Path
         The PNG written.
     """
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=(14, 6.5))
+    fig = Figure(figsize=(14, 6.5))
     top = fig.add_subplot(2, 1, 1)
     ref, cand = comparison.reference, comparison.candidate
     plot_waveforms(ref, cand, comparison.sample_rate, ax=top, title="waveforms")
@@ -236,7 +277,6 @@ def save_audio_comparison(comparison, path) -> None:
         plot_spectrogram_difference(ref, cand, comparison.sample_rate, axes=axes)
     fig.tight_layout()
     fig.savefig(str(path), dpi=90)
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- rng / lifecycle (issue 5)
@@ -328,5 +368,88 @@ def plot_rope_error_vs_position(reports: dict[str, Any], *, ax=None, title: str 
     ax.set_ylabel("max |angle error| (rad)")
     ax.set_title(title or "RoPE: candidate rotation angle vs reference, by position")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- any report (notebooks)
+
+#: Status colours shared by the plots (the HTML tables use paler ones).
+STATUS_COLORS = {"pass": "tab:green", "fail": "tab:red", "warn": "tab:orange", "skip": "tab:gray"}
+
+
+def plot_findings_by_check(report, *, ax=None, title: str | None = None):
+    """How many findings of each status every check family (or validate tier) gave.
+
+    Parameters
+    ----------
+    report : Report
+        Any report; its findings are grouped by ``check`` (the code prefix: a check family, or
+        a validate tier's family such as ``scaffold``, ``consistency``, ``run``, ``gpu``).
+    ax : matplotlib.axes.Axes, optional
+        Where to draw; a new figure when None.
+    title : str, optional
+        Axes title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One horizontal stacked bar per family, in report order, segments coloured by status.
+    """
+    import matplotlib.pyplot as plt
+
+    checks = list(dict.fromkeys(f.check for f in report.findings))
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(checks), 2) + 1.2))
+    else:
+        fig = ax.figure
+    left = [0] * len(checks)
+    for status, colour in STATUS_COLORS.items():
+        counts = [sum(f.check == c and f.status == status for f in report.findings) for c in checks]
+        ax.barh(range(len(checks)), counts, left=left, color=colour, label=status)
+        left = [a + b for a, b in zip(left, counts)]
+    ax.set_yticks(range(len(checks)), checks)
+    ax.invert_yaxis()
+    ax.set_xlabel("findings")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title or f"porting-kit {report.command}: {report.status.upper()}")
+    fig.tight_layout()
+    return fig
+
+
+def plot_audio_report(report, *, title: str | None = None):
+    """The audio pair an audio check compared: waveforms overlaid and the spectrogram difference.
+
+    Parameters
+    ----------
+    report : Report
+        A report with the ``hop`` / ``channel`` / ``dtype`` families run; draws
+        ``report.extras["audio_pair"]`` (the reference codec's decode and the candidate's served
+        waveform, Hz each). Without one (the spec defines no decode functions), the figure says so.
+    title : str, optional
+        Figure title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Top: waveforms against time (s); bottom: reference dB, candidate dB and their difference
+        (when both have at least 64 samples).
+    """
+    import matplotlib.pyplot as plt
+
+    pair = report.extras.get("audio_pair")
+    if pair is None:
+        fig, ax = plt.subplots(figsize=(8, 1.2))
+        ax.axis("off")
+        ax.text(0, 0.5, "no audio pair: the spec defines no codes / decode functions, "
+                        "or the audio families did not run", va="center")
+        return fig
+    ref, cand = pair.reference, pair.candidate
+    fig = plt.figure(figsize=(14, 6.5))
+    plot_waveforms(ref, cand, pair.sr_reference, ax=fig.add_subplot(2, 1, 1),
+                   title=title or "reference vs served waveform")
+    if cand is not None and ref is not None and min(ref.shape[-1], cand.shape[-1]) >= 64:
+        axes = [fig.add_subplot(2, 3, 4 + i) for i in range(3)]
+        plot_spectrogram_difference(ref, cand, pair.sr_reference, axes=axes)
     fig.tight_layout()
     return fig
