@@ -27,7 +27,10 @@ factor 4 that the port drops). Values chosen so the faults show:
   both sides (``dtype.fp16_overflow``).
 
 Spec names: ``reference``, ``candidate``, ``inputs``, ``run_reference``,
-``run_candidate``, ``reference_config``, ``candidate_config``; models expose
+``run_candidate``, ``reference_config``, ``candidate_config``, ``engine_model`` (the
+serving-side AR worker for the ``rng`` / ``lifecycle`` families: the embedded
+generator's clean model, so ``porting-kit check`` with no arguments runs every family
+that one CPU process can), the audio names below; models expose
 their codecs as ``reference.codec`` (transformers ``EncodecModel``) and
 ``candidate.codec`` (:class:`~porting_kit.embedded.tts_port.CodecWrapper`); both
 have ``decode(codes (batch, n_codebooks, frames)) -> waveform (batch, samples)``
@@ -223,6 +226,25 @@ def run_candidate(model, inputs):
     input_ids = inputs["input_ids"]
     positions = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
     return model.compute_logits(model(input_ids, positions))
+
+
+def engine_model():
+    """The port's serving-side AR worker, driven through vLLM-Omni's AR-runner contract.
+
+    The tiny TTS's engine form: the embedded generator's clean model
+    (:func:`porting_kit.embedded.generator_model.build_model`, MOSS-TTS-Nano shape:
+    per-request ``torch.Generator`` keyed by ``global_request_id``, row-wise EOS from
+    ``compute_logits``, ``on_requests_finished``). No ``tts`` variant plants a fault in it:
+    the ``rng`` / ``lifecycle`` faults are the ``generator`` example's variants.
+
+    Returns
+    -------
+    porting_kit.embedded.generator_model.GeneratorTTS
+        A fresh, seeded model on the CPU (the engine driver calls this once per scenario).
+    """
+    from porting_kit.embedded.generator_model import build_model
+
+    return build_model(None)
 
 
 def _static(constants: dict[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from porting_kit.errors import InputError
 from porting_kit.probes.waveform import (FP32_MIN_SNR_DB, HYPOTHESIS_SNR_DB, WaveformComparison,
                                          analyse_waveforms, as_channels_first, snr_db)
 
-AUDIO_NAMES = ("codes", "decode_reference", "decode_candidate")
+from porting_kit.spec import AUDIO_NAMES  # noqa: E402  (one list of the audio names)
 _STATE_KEY = "audio.pair"
 
 
