@@ -29,14 +29,16 @@ VARIANTS = {
     "codebook_offset": "codebooks 2.. read one frame early after undoing the delay pattern "
                        "(one frame short)",
     "stereo_as_mono": "stereo reference served as a mono downmix although served_channels = 2",
-    "stereo_mixed_wrong_axis": "stereo (channels, samples) output transposed and mixed over the "
-                               "wrong axis",
+    "stereo_mixed_wrong_axis": "stereo output made (samples, channels) then read back as "
+                               "(channels, samples) with reshape(2, -1)",
+    "stereo_transposed": "stereo output served as (samples, channels)",
 }
 VARIANT: str | None = None
 
 
 def _channels() -> int:
-    return 2 if VARIANT in ("stereo", "stereo_as_mono", "stereo_mixed_wrong_axis") else 1
+    return 2 if VARIANT in ("stereo", "stereo_as_mono", "stereo_mixed_wrong_axis",
+                                    "stereo_transposed") else 1
 
 
 def served_channels() -> int:
@@ -92,8 +94,10 @@ def decode_candidate(codes):
     if VARIANT == "codebook_offset":
         c = np.concatenate([c[:2, :-1], c[2:, 1:]], axis=0)
     y = _decode(c, _channels())
-    if VARIANT in ("stereo",):
+    if VARIANT == "stereo":
         return y, SAMPLE_RATE
+    if VARIANT == "stereo_transposed":
+        return np.ascontiguousarray(y.T), SAMPLE_RATE
     if VARIANT == "stereo_mixed_wrong_axis":
         t = y.T  # (samples, channels)
         return np.ascontiguousarray(t.reshape(2, -1)), SAMPLE_RATE  # channels guessed from shape
