@@ -52,6 +52,12 @@ VARIANTS = {
     "rope_position_offset": "port rotates queries at position + 3 (keys at the engine's positions)",
     "rope_scaling_ignored": "reference uses linear rope scaling factor 4; the port drops it",
     "rope_low_precision": "port computes inv_freq and cos/sin in bfloat16",
+    "rope_padded_half": "port does partial rotary by padding: inv_freq over half of head_dim, "
+                        "zero-padded to the full head (rotated fraction 0.5, reference 1.0)",
+    "rope_table_half_rot_interleaved": "port builds cos/sin in the half-split (HF cache) layout but "
+                                       "rotates interleaved pairs",
+    "rope_table_interleaved_rot_half": "port builds cos/sin interleaved (repeat_interleave) but "
+                                       "rotates halves (rotate_half)",
     "norm_eps": "port uses rms_norm_eps 1e-5 (reference 1e-6)",
     "norm_layernorm": "port uses LayerNorm (mean subtracted) instead of RMSNorm",
     "norm_weight_offset": "port applies (1 + w) where the reference applies w",
@@ -75,6 +81,9 @@ PORT_OPTIONS: dict[str, dict[str, Any]] = {
     "rope_position_offset": {"position_offset": 3},
     "rope_scaling_ignored": {"ignore_rope_scaling": True},
     "rope_low_precision": {"rope_dtype": "bfloat16"},
+    "rope_padded_half": {"rope_pad_factor": 0.5},
+    "rope_table_half_rot_interleaved": {"rope_table_layout": "half", "rope_interleaved": True},
+    "rope_table_interleaved_rot_half": {"rope_table_layout": "interleaved"},
     "norm_eps": {"rms_norm_eps": 1e-5},
     "norm_layernorm": {"norm_kind": "layer"},
     "norm_weight_offset": {"norm_weight_offset": True},

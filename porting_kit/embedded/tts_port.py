@@ -71,6 +71,14 @@ class PortOptions:
     rope_dtype : str, default "float32"
         RoPE: dtype ``inv_freq`` and cos/sin are computed in (``"bfloat16"`` is the
         low-precision fault).
+    rope_pad_factor : float, default 1.0
+        RoPE: partial rotary done by padding: ``inv_freq`` is computed over
+        ``head_dim * rope_pad_factor`` dims and zero-padded to ``head_dim / 2`` entries,
+        the rotation runs over the whole head (zero frequency = identity).
+    rope_table_layout : {"", "half", "interleaved"}, default ""
+        RoPE: build cos/sin full-width in this layout (``"half"``: ``cat(f, f)`` as HF's
+        cache; ``"interleaved"``: ``repeat_interleave(f, 2)``) and apply them elementwise
+        with the rotation of ``rope_interleaved``; ``""`` pairs them consistently.
     rms_norm_eps : float or None, default None
         Norm: epsilon override (``None``: the config's ``rms_norm_eps``).
     norm_kind : {"rms", "layer"}, default "rms"
@@ -97,6 +105,8 @@ class PortOptions:
     position_offset: int = 0
     ignore_rope_scaling: bool = False
     rope_dtype: str = "float32"
+    rope_pad_factor: float = 1.0
+    rope_table_layout: str = ""
     rms_norm_eps: float | None = None
     norm_kind: str = "rms"
     norm_weight_offset: bool = False
@@ -281,6 +291,12 @@ class RotaryEmbedding(nn.Module):
     query_position_offset : int
         Fault knob: the query is rotated at ``positions + query_position_offset``,
         the key at ``positions``.
+    zero_pad_pairs : int
+        Fault knob: ``inv_freq`` covers ``rotary_dim - 2 * zero_pad_pairs`` dims and ends
+        in that many zeros (partial rotary by padding; 0 normally).
+    table_layout : str
+        Fault knob: ``"half"`` / ``"interleaved"`` build cos/sin full-width in that layout
+        and apply them elementwise with the ``is_neox_style`` rotation; ``""`` normally.
 
     Attributes
     ----------
@@ -291,8 +307,11 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_size: int, rotary_dim: int, max_position_embeddings: int,
                  base: float, is_neox_style: bool = True, scaling_factor: float = 1.0,
-                 dtype: torch.dtype = torch.float32, query_position_offset: int = 0):
+                 dtype: torch.dtype = torch.float32, query_position_offset: int = 0,
+                 zero_pad_pairs: int = 0, table_layout: str = ""):
         super().__init__()
+        self.zero_pad_pairs = zero_pad_pairs
+        self.table_layout = table_layout
         self.head_size = head_size
         self.rotary_dim = rotary_dim
         self.max_position_embeddings = max_position_embeddings
@@ -314,9 +333,12 @@ class RotaryEmbedding(nn.Module):
             per position (rounded through ``compute_dtype`` first: the low-precision fault).
         """
         dt = self.compute_dtype
-        exponent = torch.arange(0, self.rotary_dim, 2, dtype=dt) / self.rotary_dim
+        dim = self.rotary_dim - 2 * self.zero_pad_pairs
+        exponent = torch.arange(0, dim, 2, dtype=dt) / dim
         inv_freq = 1.0 / (self.base ** exponent)
         inv_freq = inv_freq / self.scaling_factor
+        if self.zero_pad_pairs:
+            inv_freq = torch.cat([inv_freq, torch.zeros(self.zero_pad_pairs, dtype=dt)])
         return inv_freq.to(torch.float32)
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -371,13 +393,28 @@ class RotaryEmbedding(nn.Module):
         cos = cos.unsqueeze(-2).to(x.dtype)
         sin = sin.unsqueeze(-2).to(x.dtype)
         rot, tail = x[..., : self.rotary_dim], x[..., self.rotary_dim:]
-        if self.is_neox_style:
+        if self.table_layout:
+            out = self._rotate_full_table(rot, cos, sin)
+        elif self.is_neox_style:
             x1, x2 = rot.chunk(2, dim=-1)
             out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
         else:
             x1, x2 = rot[..., 0::2], rot[..., 1::2]
             out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
         return torch.cat((out, tail), dim=-1).view(shape)
+
+    def _rotate_full_table(self, rot: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``rot * cos_full + rotation(rot) * sin_full``, cos/sin widened in :attr:`table_layout`."""
+        if self.table_layout == "half":
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        else:
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        if self.is_neox_style:
+            x1, x2 = rot.chunk(2, dim=-1)
+            turned = torch.cat((-x2, x1), dim=-1)
+        else:
+            turned = torch.stack((-rot[..., 1::2], rot[..., 0::2]), dim=-1).flatten(-2)
+        return rot * cos + turned * sin
 
     def extra_repr(self) -> str:
         return (f"head_size={self.head_size}, rotary_dim={self.rotary_dim}, base={self.base}, "
@@ -554,7 +591,9 @@ class Attention(nn.Module):
         self.rotary_emb = RotaryEmbedding(
             self.head_dim, c["rotary_dim"], c["max_position_embeddings"], c["rope_theta"],
             is_neox_style=c["rope_layout"] == "rotate_half", scaling_factor=scaling,
-            dtype=getattr(torch, c["rope_dtype"]), query_position_offset=options.position_offset)
+            dtype=getattr(torch, c["rope_dtype"]), query_position_offset=options.position_offset,
+            zero_pad_pairs=round(c["rotary_dim"] * (1 - options.rope_pad_factor)) // 2,
+            table_layout=options.rope_table_layout)
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         """Causal self-attention of one layer.
