@@ -59,6 +59,8 @@ VARIANTS = {
     "rope_table_interleaved_rot_half": "port builds cos/sin interleaved (repeat_interleave) but "
                                        "rotates halves (rotate_half)",
     "norm_eps": "port uses rms_norm_eps 1e-5 (reference 1e-6)",
+    "norm_functional_eps": "port's final norm is F.rms_norm(..., eps=1e-5) with the eps hard-coded "
+                           "(reference 1e-6)",
     "norm_layernorm": "port uses LayerNorm (mean subtracted) instead of RMSNorm",
     "norm_weight_offset": "port applies (1 + w) where the reference applies w",
     "norm_no_fp32_upcast": "port computes the norm variance in the input dtype (shows only in bf16)",
@@ -85,6 +87,7 @@ PORT_OPTIONS: dict[str, dict[str, Any]] = {
     "rope_table_half_rot_interleaved": {"rope_table_layout": "half", "rope_interleaved": True},
     "rope_table_interleaved_rot_half": {"rope_table_layout": "interleaved"},
     "norm_eps": {"rms_norm_eps": 1e-5},
+    "norm_functional_eps": {"functional_final_norm_eps": 1e-5},
     "norm_layernorm": {"norm_kind": "layer"},
     "norm_weight_offset": {"norm_weight_offset": True},
     "norm_no_fp32_upcast": {"norm_fp32_upcast": False},

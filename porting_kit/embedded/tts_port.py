@@ -81,6 +81,9 @@ class PortOptions:
         with the rotation of ``rope_interleaved``; ``""`` pairs them consistently.
     rms_norm_eps : float or None, default None
         Norm: epsilon override (``None``: the config's ``rms_norm_eps``).
+    functional_final_norm_eps : float or None, default None
+        Norm: the final norm runs as ``F.rms_norm(h, (hidden,), norm.weight, eps=<this>)``,
+        an eps hard-coded in a functional call (``None``: the norm module runs).
     norm_kind : {"rms", "layer"}, default "rms"
         Norm: ``"rms"`` (RMSNorm) or ``"layer"`` (``nn.LayerNorm`` without bias: mean
         subtracted).
@@ -108,6 +111,7 @@ class PortOptions:
     rope_pad_factor: float = 1.0
     rope_table_layout: str = ""
     rms_norm_eps: float | None = None
+    functional_final_norm_eps: float | None = None
     norm_kind: str = "rms"
     norm_weight_offset: bool = False
     norm_fp32_upcast: bool = True
@@ -727,6 +731,7 @@ class Talker(nn.Module):
         self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
         self.layers = nn.ModuleList(DecoderLayer(c, options, i) for i in range(c["num_hidden_layers"]))
         self.norm = make_norm(c["hidden_size"], c["rms_norm_eps"], options)
+        self.functional_final_norm_eps = options.functional_final_norm_eps
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Token ids -> final-normed hidden states.
@@ -743,6 +748,8 @@ class Talker(nn.Module):
         h = self.embed_tokens(input_ids)
         for layer in self.layers:
             h = layer(positions, h)
+        if self.functional_final_norm_eps is not None:  # the planted fault: eps hard-coded here
+            return F.rms_norm(h, (h.shape[-1],), self.norm.weight, eps=self.functional_final_norm_eps)
         return self.norm(h)
 
 

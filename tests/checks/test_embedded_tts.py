@@ -15,7 +15,7 @@ EXPECTED_VARIANTS = [
     "rope_theta_default", "rope_interleaved", "rope_partial", "rope_position_offset",
     "rope_scaling_ignored", "rope_low_precision",
     "rope_padded_half", "rope_table_half_rot_interleaved", "rope_table_interleaved_rot_half",
-    "norm_eps", "norm_layernorm",
+    "norm_eps", "norm_functional_eps", "norm_layernorm",
     "norm_weight_offset", "norm_no_fp32_upcast", "norm_post", "norm_no_qk_norm",
     "fp16_overflow",
 ]
