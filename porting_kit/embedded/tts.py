@@ -58,6 +58,8 @@ VARIANTS = {
                                        "rotates interleaved pairs",
     "rope_table_interleaved_rot_half": "port builds cos/sin interleaved (repeat_interleave) but "
                                        "rotates halves (rotate_half)",
+    "batch_left_pad": "batched forward left-pads the requests but keeps positions 0..T-1 and no "
+                      "padding mask (rows attend to padding, positions shifted)",
     "norm_eps": "port uses rms_norm_eps 1e-5 (reference 1e-6)",
     "norm_functional_eps": "port's final norm is F.rms_norm(..., eps=1e-5) with the eps hard-coded "
                            "(reference 1e-6)",
@@ -86,6 +88,7 @@ PORT_OPTIONS: dict[str, dict[str, Any]] = {
     "rope_padded_half": {"rope_pad_factor": 0.5},
     "rope_table_half_rot_interleaved": {"rope_table_layout": "half", "rope_interleaved": True},
     "rope_table_interleaved_rot_half": {"rope_table_layout": "interleaved"},
+    "batch_left_pad": {},  # the port is clean: the fault is in run_candidate_batch
     "norm_eps": {"rms_norm_eps": 1e-5},
     "norm_functional_eps": {"functional_final_norm_eps": 1e-5},
     "norm_layernorm": {"norm_kind": "layer"},
@@ -257,6 +260,41 @@ def engine_model():
     from porting_kit.embedded.generator_model import build_model
 
     return build_model(None)
+
+
+def run_candidate_batch(model, requests):
+    """The port's padded batched forward (the ``batch`` family's ``run_candidate_batch``).
+
+    Requests are right-padded with token 0 to the longest; positions are ``0..T-1`` on every
+    row. With causal attention a right-padded row never sees its padding, so each row's
+    first ``len`` logits equal the request run alone. ``batch_left_pad`` plants the fault:
+    left padding with the same positions and no padding mask.
+
+    Parameters
+    ----------
+    model : TinyTTSPort
+    requests : list of dict
+        Each ``{"input_ids": LongTensor [shape=(1, len)]}``.
+
+    Returns
+    -------
+    list of torch.Tensor
+        Per request ``[shape=(1, len, vocab_size)]``, its padding removed.
+    """
+    import torch
+
+    ids = [r["input_ids"][0] for r in requests]
+    longest = max(int(x.numel()) for x in ids)
+    left = VARIANT == "batch_left_pad"
+    rows = []
+    for x in ids:
+        pad = torch.zeros(longest - x.numel(), dtype=x.dtype, device=x.device)
+        rows.append(torch.cat([pad, x]) if left else torch.cat([x, pad]))
+    batch = torch.stack(rows)
+    positions = torch.arange(longest, device=batch.device).expand_as(batch)
+    logits = model.compute_logits(model(batch, positions))
+    return [logits[i:i + 1, longest - x.numel():] if left else logits[i:i + 1, :x.numel()]
+            for i, x in enumerate(ids)]
 
 
 def _static(constants: dict[str, Any]) -> dict[str, Any]:
