@@ -134,7 +134,7 @@ def compare_files(ref_path: str | Path, cand_path: str | Path, *, hop_length: in
     m = cmp.metrics.as_dict()
     for fam in ("hop", "channel"):
         found = by_family[fam] or [ok(fam, evidence={k: m[k] for k in _OK_KEYS if k in m})]
-        report.findings.extend(hop.with_lengths(found, m))
+        report.findings.extend(hop.with_lengths(found, cmp.metrics.lengths()))
     if plot is not None:
         from porting_kit.report.plots import save_audio_comparison
 

@@ -15,7 +15,7 @@ Codes (DESIGN.md):
   [-1, 1] and of the declared shape (``served_channels`` 1: mono 1-D; C: ``(C, samples)``).
 
 Every finding's evidence carries both lengths (``reference_samples``,
-``candidate_samples``; :func:`porting_kit.checks.hop.with_lengths`).
+``candidate_samples``; :meth:`porting_kit.probes.waveform.AudioMetrics.lengths`).
 
 Each is found by trying the hypothesis on the reference's decode of the same
 codes (:func:`porting_kit.probes.waveform.analyse_waveforms` measures,
@@ -201,13 +201,15 @@ def run(ctx) -> list[Finding]:
     pair = get_audio_pair(ctx)
     if isinstance(pair, str):
         return [skip("channel", pair)]
-    from porting_kit.checks.hop import with_lengths
-
     found = waveform_findings(pair.comparison)
     m = pair.comparison.metrics.as_dict()
     want = pair.comparison.form.served_channels if pair.comparison.form else 1
     served = ("mono 1-D float32 in [-1, 1] and matches the reference's channel mean" if want == 1
               else f"({want}, samples) float32 in [-1, 1] and matches the reference channel by channel")
-    return with_lengths(found or [ok("channel", "served output is " + served,
-                                     {k: m[k] for k in ("reference_channels", "candidate_channels",
-                                                        "candidate_peak") if k in m})], m)
+    out = found or [ok("channel", "served output is " + served,
+                       {k: m[k] for k in ("reference_channels", "candidate_channels",
+                                          "candidate_peak") if k in m})]
+    lengths = pair.comparison.metrics.lengths()
+    for f in out:  # length first: every audio finding carries both lengths
+        f.evidence = {**lengths, **f.evidence}
+    return out

@@ -55,9 +55,10 @@ def run(ctx) -> list[Finding]:
         if isinstance(overflow, str):
             return [skip("dtype", pair)]
         return overflow or [ok("dtype", f"no module overflows in {ctx.dtype}")]
-    from porting_kit.checks.hop import with_lengths
-
-    codec = with_lengths(_codec(ctx, pair), pair.comparison.metrics.as_dict())
+    codec = _codec(ctx, pair)
+    lengths = pair.comparison.metrics.lengths()
+    for f in codec:  # length first: every audio finding carries both lengths
+        f.evidence = {**lengths, **f.evidence}
     if isinstance(overflow, list) and overflow:
         return overflow + [f for f in codec if f.status != "pass"]
     return codec

@@ -205,27 +205,23 @@ def file_rate_findings(rates: list[tuple[str, int]], expected: int | None) -> li
 # --------------------------------------------------------------------------- codec pair
 
 
-def with_lengths(findings: list[Finding], metrics: dict[str, Any]) -> list[Finding]:
+def with_lengths(findings: list[Finding], lengths: dict[str, Any]) -> list[Finding]:
     """Add both sides' lengths (samples) and rates (Hz) to every finding's evidence.
 
     Parameters
     ----------
     findings : list of Finding
         The audio findings of one family (changed in place and returned).
-    metrics : dict
-        :meth:`porting_kit.probes.waveform.AudioMetrics.as_dict` of the pair.
+    lengths : dict
+        :meth:`porting_kit.probes.waveform.AudioMetrics.lengths` of the pair.
 
     Returns
     -------
     list of Finding
         The same findings; keys a finding already has are kept.
     """
-    keys = ("reference_samples", "candidate_samples", "reference_sample_rate",
-            "candidate_sample_rate")
     for f in findings:
-        for k in keys:
-            if k in metrics and k not in f.evidence:
-                f.evidence[k] = metrics[k]
+        f.evidence = {**lengths, **f.evidence}
     return findings
 
 
@@ -458,6 +454,6 @@ def run(ctx) -> list[Finding]:
                                       precision_floor=floor))
             ev["streaming_checked"] = True
     if any(f.status == "fail" for f in found):
-        return with_lengths(found, m)
+        return with_lengths(found, pair.comparison.metrics.lengths())
     return with_lengths(found + [ok("hop", "length, sample rate, timing and code layout match the "
-                                    "reference", ev)], m)
+                                    "reference", ev)], pair.comparison.metrics.lengths())

@@ -339,6 +339,13 @@ class AudioMetrics:
         """The measured figures as a flat dict (fields left ``None`` are omitted)."""
         return {k: v for k, v in vars(self).items() if v is not None}
 
+    def lengths(self) -> dict[str, Any]:
+        """Both sides' lengths (samples) and rates (Hz): what every audio finding's evidence
+        carries (fields left ``None`` are omitted)."""
+        keys = ("reference_samples", "candidate_samples", "reference_sample_rate",
+                "candidate_sample_rate")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
 
 @dataclass
 class NonFinite:
