@@ -86,7 +86,7 @@ def compare_waveforms(ref: Any, cand: Any, sr_ref: int, sr_cand: int, hop_length
 
 def compare_files(ref_path: str | Path, cand_path: str | Path, *, hop_length: int | None = None,
                   sample_rate: int | None = None, plot: str | Path | None = None,
-                  min_snr_db: float = FILE_MIN_SNR_DB) -> Report:
+                  min_snr_db: float = FILE_MIN_SNR_DB, channels: int = 1) -> Report:
     """Compare two audio files: length, sample rate, channels, lag, SNR, log-mel distance.
 
     Parameters
@@ -103,6 +103,12 @@ def compare_files(ref_path: str | Path, cand_path: str | Path, *, hop_length: in
         Write a PNG with the waveforms overlaid and the spectrogram difference.
     min_snr_db : float
         Content tolerance of the aligned overlap in dB SNR (default 40 dB).
+    channels : int, default 1
+        Channels the candidate should serve (``--channels``): with 2, a clean stereo pair
+        passes channel by channel, a mono candidate of a stereo reference is
+        ``channel.wrong_downmix`` and a stereo file whose rows hold interleaved samples is
+        ``channel.axis_mismatch``; 1 keeps the mono comparison (a mono candidate of a
+        stereo reference is compared with its channel mean).
 
     Returns
     -------
@@ -121,13 +127,14 @@ def compare_files(ref_path: str | Path, cand_path: str | Path, *, hop_length: in
     ref, sr_r = read_audio(ref_path)
     cand, sr_c = read_audio(cand_path)
     t_read = time.perf_counter() - t0
-    cmp = analyse_waveforms(ref, cand, sr_r, sr_c, hop_length=hop_length)
+    cmp = analyse_waveforms(ref, cand, sr_r, sr_c, hop_length=hop_length, served_channels=channels)
     by_family = waveform_findings(cmp, (Path(ref_path).name, Path(cand_path).name), min_snr_db=min_snr_db)
     by_family["hop"] += hop.file_rate_findings([(str(ref_path), sr_r), (str(cand_path), sr_c)], sample_rate)
     report = Report(command="audio")
     m = cmp.metrics.as_dict()
     for fam in ("hop", "channel"):
-        report.findings.extend(by_family[fam] or [ok(fam, evidence={k: m[k] for k in _OK_KEYS if k in m})])
+        found = by_family[fam] or [ok(fam, evidence={k: m[k] for k in _OK_KEYS if k in m})]
+        report.findings.extend(hop.with_lengths(found, cmp.metrics.lengths()))
     if plot is not None:
         from porting_kit.report.plots import save_audio_comparison
 

@@ -198,6 +198,9 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
           cand: Path = typer.Argument(..., help="Candidate audio file (WAV/FLAC)."),
           hop_length: int | None = typer.Option(None, "--hop-length", min=1, help="Codec hop length in samples."),
           sample_rate: int | None = typer.Option(None, "--sample-rate", min=1, help="Expected sample rate in Hz."),
+          channels: int = typer.Option(1, "--channels", min=1,
+                                       help="Channels the candidate serves (2: stereo, compared "
+                                            "channel by channel)."),
           json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here (- for standard output)."),
           plot: Path | None = typer.Option(None, "--plot", help="Write waveform/spectrogram plots (PNG) here.")):
     """Compare two audio files: length, sample rate, channels, lag, SNR, log-mel distance."""
@@ -212,7 +215,8 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
         if plot is not None:
             plot.parent.mkdir(parents=True, exist_ok=True)
         with _progress(f"audio: comparing {cand.name} with {ref.name}"):
-            report = compare_files(ref, cand, hop_length=hop_length, sample_rate=sample_rate, plot=plot)
+            report = compare_files(ref, cand, hop_length=hop_length, sample_rate=sample_rate, plot=plot,
+                                   channels=channels)
         print_report(report, _report_console(json_path))
         if json_path:
             report.write_json(json_path)

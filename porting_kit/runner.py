@@ -27,6 +27,7 @@ FAMILIES: dict[str, str] = {
     "hop": "hop",
     "channel": "channel",
     "dtype": "dtype",
+    "batch": "batch",
     "rng": "rng",
     "lifecycle": "lifecycle",
     "cudagraph": "cudagraph",

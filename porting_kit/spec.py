@@ -10,7 +10,9 @@ names (``codes``, ``decode_reference``, ``decode_candidate``, ``hop_length`` or
 ``reference_config`` / ``candidate_config``, ``candidate_tp(rank, world_size)`` and
 ``tp_timeout`` (the sharded port for ``--tp N``, :mod:`porting_kit.probes.tp`). A spec that only defines the
 generator-style names (``engine_model`` or ``synthesize_candidate``) is valid:
-parity is then reported as ``skip``.
+parity is then reported as ``skip``. So is a spec with only the audio names
+(``codes``, ``decode_reference``, ``decode_candidate``): the audio families run,
+every other family reports ``skip`` with its reason.
 
 Variants (planted faults)
 -------------------------
@@ -38,6 +40,8 @@ from porting_kit.errors import InputError
 
 PARITY_NAMES = ("reference", "candidate", "inputs")
 GENERATOR_NAMES = ("engine_model", "synthesize_candidate")
+#: The audio names that let the audio families (hop, channel, dtype) run on their own.
+AUDIO_NAMES = ("codes", "decode_reference", "decode_candidate")
 
 #: Embedded examples: name -> module path. The first is the default.
 EMBEDDED = {
@@ -209,7 +213,8 @@ def load_spec(path: str | Path | None = None, *, example: str | None = None,
     InputError
         Missing or unreadable file, import failure, unknown example or
         variant, or a spec with neither the parity trio nor a generator-style
-        name (``engine_model`` / ``synthesize_candidate``). A spec that defines
+        name (``engine_model`` / ``synthesize_candidate``) nor the three audio names
+        (``codes`` / ``decode_reference`` / ``decode_candidate``). A spec that defines
         some but not all of the parity trio and nothing else is also rejected,
         naming the missing function.
     """
@@ -289,12 +294,21 @@ def _validate(spec: Spec) -> None:
         if not callable(spec.get(n)):
             raise InputError(f"{spec.name}: `{n}` must be a function")
     has_generator = any(spec.has(n) for n in GENERATOR_NAMES)
+    audio = [n for n in AUDIO_NAMES if spec.has(n)]
+    for n in audio:
+        if not callable(spec.get(n)):
+            raise InputError(f"{spec.name}: `{n}` must be a function")
+    has_audio = len(audio) == len(AUDIO_NAMES)
     missing = [n for n in PARITY_NAMES if n not in present]
-    if missing and not has_generator:
+    if missing and not has_generator and not has_audio:
         if present:
             raise InputError(f"{spec.name}: spec lacks required {', '.join(m + '()' for m in missing)}")
-        raise InputError(f"{spec.name}: spec defines none of reference()/candidate()/inputs() "
-                         "nor engine_model()/synthesize_candidate(); nothing to check")
+        if audio:
+            lacking = [n + "()" for n in AUDIO_NAMES if n not in audio]
+            raise InputError(f"{spec.name}: audio spec lacks {', '.join(lacking)}")
+        raise InputError(f"{spec.name}: spec defines none of reference()/candidate()/inputs(), "
+                         "engine_model()/synthesize_candidate() nor the audio names "
+                         "codes()/decode_reference()/decode_candidate(); nothing to check")
 
 
 def list_examples() -> list[tuple[str, str]]:

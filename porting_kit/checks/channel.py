@@ -5,9 +5,17 @@ Codes (DESIGN.md):
 * ``channel.interleaved_flatten`` - a (C, T) waveform flattened into C*T mono
   samples (``x.T.reshape(-1)``; also the channel-major ``x.reshape(-1)``):
   C times the length, played C times slower, an octave down for C = 2;
-* ``channel.wrong_downmix`` - one channel served instead of the channel mean;
-* ``channel.shape_contract`` - the served output is not mono 1-D float32,
-  finite, within [-1, 1].
+* ``channel.wrong_downmix`` - one channel served instead of the channel mean; or,
+  with ``served_channels`` C > 1, a C-channel reference served as one channel
+  (evidence: what the mono samples are, ``mean`` or ``channel_k``);
+* ``channel.axis_mismatch`` - a multi-channel output whose channel and sample axes
+  were confused: served ``(samples, channels)`` (``x.T``), or a ``(samples, channels)``
+  array read as ``(channels, samples)`` with ``reshape(C, -1)`` (each row interleaved);
+* ``channel.shape_contract`` - the served output is not float32, finite, within
+  [-1, 1] and of the declared shape (``served_channels`` 1: mono 1-D; C: ``(C, samples)``).
+
+Every finding's evidence carries both lengths (``reference_samples``,
+``candidate_samples``; :meth:`porting_kit.probes.waveform.AudioMetrics.lengths`).
 
 Each is found by trying the hypothesis on the reference's decode of the same
 codes (:func:`porting_kit.probes.waveform.analyse_waveforms` measures,
@@ -73,6 +81,10 @@ def waveform_findings(cmp: WaveformComparison,
             {"shape": str(form.shape), "dtype": form.dtype, "peak": form.peak},
             "Serve mono 1-D float32 in [-1, 1]: squeeze the channel axis, mix stereo down by the "
             "channel mean, keep the codec output float32, clamp or rescale."))
+    if cmp.axis is not None:
+        found.append(_axis_finding(cmp, names))
+    if cmp.mono_for_stereo is not None:
+        found.append(_mono_for_stereo_finding(cmp, names))
     if cmp.layout is not None:
         found.append(_layout_finding(cmp, names))
     elif cmp.channel_counts is not None:
@@ -99,14 +111,51 @@ def _contract_breaches(cmp: WaveformComparison) -> list[str]:
     if form is None:
         return []
     out = []
-    if form.served:
-        if len(form.shape) != 1:
+    want = form.served_channels
+    if form.served and cmp.axis is None:
+        if want == 1 and len(form.shape) != 1:
             out.append(f"shape {form.shape} (must be 1-D mono samples)")
+        elif want > 1 and cmp.mono_for_stereo is None and (
+                len(form.shape) != 2 or form.shape[0] != want):
+            out.append(f"shape {form.shape} (must be ({want}, samples): served_channels = {want})")
         if form.dtype != "float32":
             out.append(f"dtype {form.dtype} (must be float32)")
     if form.peak > 1.0 + PEAK_SLACK:
         out.append(f"peak |x| {form.peak:.3f} outside [-1, 1]")
     return out
+
+
+def _axis_finding(cmp: WaveformComparison, names: tuple[str, str]) -> Finding:
+    """``channel.axis_mismatch`` from the axis hypothesis that fits."""
+    fit = cmp.axis
+    how = ("served as (samples, channels) (x.T)" if fit.layout == "transposed" else
+           "a (samples, channels) array read as (channels, samples) with reshape(C, -1): each "
+           "row holds interleaved samples of every channel")
+    return _finding(
+        "channel.axis_mismatch",
+        f"{names[1]} confuses the channel and sample axes of the {fit.channels}-channel "
+        f"{names[0]}: {how} (shape {fit.candidate_shape}, {names[0]} {fit.reference_shape}).",
+        {"layout": fit.layout, "channels": fit.channels, "reference_shape": str(fit.reference_shape),
+         "candidate_shape": str(fit.candidate_shape), "hypothesis_snr_db": fit.hypothesis_snr_db,
+         "given_snr_db": fit.given_snr_db},
+        "Keep one axis convention: codec output is (channels, samples); transpose explicitly "
+        "(x.T, not reshape) when a library wants (samples, channels), and pass axis= to "
+        "resamplers and mixers.")
+
+
+def _mono_for_stereo_finding(cmp: WaveformComparison, names: tuple[str, str]) -> Finding:
+    """``channel.wrong_downmix``: a C-channel reference served as one channel."""
+    f = cmp.mono_for_stereo
+    what = ("its channel mean" if f.matches == "mean" else
+            f"its channel {f.matches.split('_')[1]}" if f.matches else "neither its mean nor one channel")
+    return _finding(
+        "channel.wrong_downmix",
+        f"{names[1]} serves one channel ({what}) where the port declares served_channels = "
+        f"{f.served_channels} and {names[0]} has {f.reference_channels}.",
+        {"served_channels": f.served_channels, "reference_channels": f.reference_channels,
+         "candidate_channels": 1, "mono_matches": f.matches or "none", "mono_snr_db": f.snr_db},
+        f"Serve all {f.served_channels} channels as ({f.served_channels}, samples); mix down only "
+        "when the deploy config serves mono (then declare served_channels = 1).")
 
 
 def _layout_finding(cmp: WaveformComparison, names: tuple[str, str]) -> Finding:
@@ -154,7 +203,13 @@ def run(ctx) -> list[Finding]:
         return [skip("channel", pair)]
     found = waveform_findings(pair.comparison)
     m = pair.comparison.metrics.as_dict()
-    return found or [ok("channel", "served output is mono 1-D float32 in [-1, 1] and matches the "
-                        "reference's channel mean",
-                        {k: m[k] for k in ("reference_channels", "candidate_channels",
-                                           "candidate_peak") if k in m})]
+    want = pair.comparison.form.served_channels if pair.comparison.form else 1
+    served = ("mono 1-D float32 in [-1, 1] and matches the reference's channel mean" if want == 1
+              else f"({want}, samples) float32 in [-1, 1] and matches the reference channel by channel")
+    out = found or [ok("channel", "served output is " + served,
+                       {k: m[k] for k in ("reference_channels", "candidate_channels",
+                                          "candidate_peak") if k in m})]
+    lengths = pair.comparison.metrics.lengths()
+    for f in out:  # length first: every audio finding carries both lengths
+        f.evidence = {**lengths, **f.evidence}
+    return out

@@ -9,9 +9,11 @@ LSTM accumulate rounding). The family:
 2. checks the candidate's raw decode output dtype (float32 required);
 3. decodes the reference under ``torch.autocast(..., dtype=torch.bfloat16)``
    and measures the SNR a bf16 decode costs; when the candidate has the right
-   length, layout and timing but its residual error is that large
-   (SNR < 60 dB and within 20 dB of the bf16 SNR), the candidate decodes in
-   low precision.
+   length, layout and timing, its residual error is that large
+   (SNR < 60 dB and within 20 dB of the bf16 SNR), and the fp32 decode of the
+   same codes fixes it (the candidate's ``decode_candidate`` with
+   ``codec_candidate()`` cast to float32 reaches 60 dB), the candidate decodes in
+   low precision. Without that proof the error is not blamed on the dtype.
 
 Evidence: the candidate's SNR against the fp32 reference, the bf16 SNR and the
 loss in dB. Runs when the spec defines the audio names.
@@ -54,6 +56,9 @@ def run(ctx) -> list[Finding]:
             return [skip("dtype", pair)]
         return overflow or [ok("dtype", f"no module overflows in {ctx.dtype}")]
     codec = _codec(ctx, pair)
+    lengths = pair.comparison.metrics.lengths()
+    for f in codec:  # length first: every audio finding carries both lengths
+        f.evidence = {**lengths, **f.evidence}
     if isinstance(overflow, list) and overflow:
         return overflow + [f for f in codec if f.status != "pass"]
     return codec
@@ -104,6 +109,7 @@ def _codec(ctx, pair) -> list[Finding]:
     snr = pair.comparison.content_snr_db
     bf = pair.bf16_snr_db
     ev = {"candidate_snr_db": snr, "bf16_autocast_snr_db": bf,
+          "fp32_redecode_snr_db": pair.fp32_redecode_snr_db,
           "fp32_min_snr_db": FP32_MIN_SNR_DB, "candidate_output_dtype": dtype_name(pair.candidate)}
     reasons = []
     where = Where()
@@ -119,7 +125,8 @@ def _codec(ctx, pair) -> list[Finding]:
         reasons.append(f"the decode returns {dtype_name(pair.candidate)}")
     if pair.dtype_explains:
         reasons.append(f"its audio is {snr:.1f} dB SNR from the fp32 reference, the error a "
-                       f"bf16 decode makes ({bf:.1f} dB)")
+                       f"bf16 decode makes ({bf:.1f} dB), and its own decode with the codec in "
+                       f"float32 reaches {pair.fp32_redecode_snr_db:.1f} dB")
     if reasons:
         return [Finding("dtype", "dtype.codec_autocast", "fail",
                         "The candidate decodes the codec in low precision: " + "; ".join(reasons) + ".",

@@ -16,7 +16,18 @@ every finding is built here):
   expected (found by decoding the transposed layouts);
 * ``hop.stream_boundary`` - the port's chunked streaming decode differs from
   its full decode at the seams;
+* ``hop.delay_pattern_tail`` - the candidate is whole frames longer and equals the
+  reference decode of the codes followed by padding frames (a delay pattern's
+  padding, special tokens clamped to code 0, decoded as audio); reported instead of
+  ``hop.length_mismatch``, which it explains;
+* ``hop.codebook_offset`` - one group of codebooks is shifted by whole frames
+  against the others (a delay pattern undone off by one), found by decoding the
+  shifted codes on the reference;
 * ``hop.unexplained`` - the audio differs and no hypothesis fits (numbers shown).
+
+Length and timing come first: every audio finding's evidence carries both lengths
+(``reference_samples``, ``candidate_samples``: :func:`with_lengths`), and a message
+says "right length" only when the lengths are equal.
 
 Runs when the spec defines the audio names (README "Port spec: audio names");
 else ``skip`` with the reason.
@@ -194,6 +205,69 @@ def file_rate_findings(rates: list[tuple[str, int]], expected: int | None) -> li
 # --------------------------------------------------------------------------- codec pair
 
 
+def with_lengths(findings: list[Finding], lengths: dict[str, Any]) -> list[Finding]:
+    """Add both sides' lengths (samples) and rates (Hz) to every finding's evidence.
+
+    Parameters
+    ----------
+    findings : list of Finding
+        The audio findings of one family (changed in place and returned).
+    lengths : dict
+        :meth:`porting_kit.probes.waveform.AudioMetrics.lengths` of the pair.
+
+    Returns
+    -------
+    list of Finding
+        The same findings; keys a finding already has are kept.
+    """
+    for f in findings:
+        f.evidence = {**lengths, **f.evidence}
+    return findings
+
+
+def _lengths_text(pair) -> str:
+    m = pair.comparison.metrics
+    nr, nc = m.reference_samples, m.candidate_samples
+    return "the right length" if nr == nc else f"a different length ({nc} vs {nr} samples)"
+
+
+def tail_finding(pair) -> Finding:
+    """``hop.delay_pattern_tail`` from the pair's :class:`~porting_kit.probes.codec_pair.TailFit`."""
+    t, m = pair.tail, pair.comparison.metrics
+    nr, nc = m.reference_samples, m.candidate_samples
+    return _finding(
+        "hop.delay_pattern_tail",
+        f"The candidate is {t.extra_frames} frames ({nc - nr} samples) longer than the reference "
+        f"({nc} vs {nr}): it decodes the {t.extra_frames} padding frames of a delay pattern "
+        f"({t.pad}) as audio; the reference decode with that padding reproduces it "
+        f"(SNR {t.hypothesis_snr_db:.1f} dB vs {t.given_snr_db:.1f} dB as given).",
+        {"extra_frames": t.extra_frames, "pad": t.pad, "num_codebooks": t.num_codebooks,
+         "hop_length": pair.hop_length, "hypothesis_snr_db": t.hypothesis_snr_db,
+         "given_snr_db": t.given_snr_db, "difference_samples": nc - nr},
+        "Undo the delay pattern before decoding: drop the num_codebooks - 1 padding frames (and "
+        "stop at the first frame holding a special token) instead of clamping special tokens to "
+        "a code and decoding them.", [int(nr), int(nc)])
+
+
+def codebook_offset_finding(pair) -> Finding:
+    """``hop.codebook_offset`` from the pair's ``CodebookShiftFit``."""
+    f, m = pair.codebook_shift, pair.comparison.metrics
+    rows = ", ".join(str(r) for r in f.rows)
+    return _finding(
+        "hop.codebook_offset",
+        f"Codebook{'s' if len(f.rows) > 1 else ''} {rows} of {f.num_codebooks} are read "
+        f"{abs(f.shift_frames)} frame{'s' if abs(f.shift_frames) > 1 else ''} "
+        f"{'early' if f.shift_frames > 0 else 'late'} against the others ({f.frames_used} frames "
+        f"decoded, {m.candidate_samples} vs {m.reference_samples} samples); decoding the reference "
+        f"with that shift reproduces the candidate (SNR {f.hypothesis_snr_db:.1f} dB vs "
+        f"{f.given_snr_db:.1f} dB as given).",
+        {"rows": rows, "shift_frames": f.shift_frames, "frames_used": f.frames_used,
+         "num_codebooks": f.num_codebooks, "hypothesis_snr_db": f.hypothesis_snr_db,
+         "given_snr_db": f.given_snr_db},
+        "Undo the delay pattern with one offset per codebook (codebook k starts k frames later: "
+        "codes[k, k:k + frames]) and check the slice of each group against the pattern builder.")
+
+
 def codec_findings(pair) -> list[Finding]:
     """``hop.codebook_order`` / ``hop.unexplained`` of a decoded pair whose layout and
     timing match but whose samples differ.
@@ -209,6 +283,8 @@ def codec_findings(pair) -> list[Finding]:
         Empty when no diagnosis ran or the low-precision hypothesis explains the
         difference (the ``dtype`` family reports it).
     """
+    if pair.codebook_shift is not None:
+        return [codebook_offset_finding(pair)]
     dg = pair.diagnosis
     if dg is None:
         return []
@@ -231,8 +307,9 @@ def codec_findings(pair) -> list[Finding]:
     m = pair.comparison.metrics
     return [Finding(
         "hop", "hop.unexplained", "fail",
-        f"The candidate's audio differs from the reference (SNR {given:.1f} dB) with the right "
-        "length, layout and timing, and no audio hypothesis fits (code layout, bf16 decode).",
+        f"The candidate's audio differs from the reference (SNR {given:.1f} dB) with "
+        f"{_lengths_text(pair)}, no timing or layout fit, and no audio hypothesis fits (code "
+        "layout, codebook shift, delay-pattern tail, bf16 decode).",
         {"snr_db": given, "si_sdr_db": m.si_sdr_db, "log_mel_distance_db": m.log_mel_distance_db,
          "bf16_snr_db": pair.bf16_snr_db, **{f"snr_db_{k}": v for k, v in dg.tried.items()}},
         Where(),
@@ -360,6 +437,8 @@ def run(ctx) -> list[Finding]:
     if isinstance(pair, str):
         return [skip("hop", pair)]
     found = waveform_findings(pair.comparison) + codec_findings(pair)
+    if pair.tail is not None:  # the cause of the length difference: reported in its place
+        found = [tail_finding(pair) if f.code == "hop.length_mismatch" else f for f in found]
     m = pair.comparison.metrics.as_dict()
     ev = {k: m[k] for k in ("frames", "hop_length", "reference_samples", "candidate_samples",
                             "reference_sample_rate", "candidate_sample_rate", "lag_samples",
@@ -375,5 +454,6 @@ def run(ctx) -> list[Finding]:
                                       precision_floor=floor))
             ev["streaming_checked"] = True
     if any(f.status == "fail" for f in found):
-        return found
-    return found + [ok("hop", "length, sample rate, timing and code layout match the reference", ev)]
+        return with_lengths(found, pair.comparison.metrics.lengths())
+    return with_lengths(found + [ok("hop", "length, sample rate, timing and code layout match the "
+                                    "reference", ev)], pair.comparison.metrics.lengths())

@@ -13,6 +13,11 @@ How it decides (:mod:`porting_kit.probes.norms` does the measuring)
    the candidate none: ``norm.missing_qk_norm``. The reference's blocks feed
    their first norm the block input (pre-norm) and the candidate's feed it
    ``x + sublayer(x)`` (or the reverse): ``norm.placement``.
+   Functional norms (``F.rms_norm`` / ``F.layer_norm`` / ``F.group_norm``) are traced in
+   the same forward with the eps they ran with
+   (:func:`porting_kit.probes.norms.capture_functional_norms`): an eps hard-coded in a
+   call that differs from the reference's (its functional call of that kind and width,
+   else its norm module's ``eps``) is ``norm.eps_mismatch`` with both values.
 3. *Function.* Each paired module is fingerprinted on synthetic rows (kind,
    effective weight, eps, bfloat16 error) and the fingerprints are compared
    in this order: kind (``norm.kind_mismatch``: RMS vs Layer); effective
@@ -38,7 +43,9 @@ from porting_kit.context import CheckContext
 from porting_kit.report.findings import Finding, Where, ok, skip
 from porting_kit.locate import NormSite, find_norms
 from porting_kit.probes.norms import (
+    FunctionalNormCall,
     NormCall,
+    capture_functional_norms,
     capture_norm_calls,
     fingerprint,
     same_function_key,
@@ -118,9 +125,11 @@ def run(ctx: CheckContext) -> list[Finding]:
     ref_sites, cand_sites = find_norms(pair.reference), find_norms(pair.candidate)
     if not ref_sites and not cand_sites:
         return [skip(P, "no RMSNorm/LayerNorm module found on either side")]
-    with capture_norm_calls(pair.reference, ref_sites) as rcalls:
+    with capture_norm_calls(pair.reference, ref_sites) as rcalls, \
+            capture_functional_norms(pair.reference) as rfun:
         run_side(ctx.spec, "reference", pair.reference, pair.inputs)
-    with capture_norm_calls(pair.candidate, cand_sites) as ccalls:
+    with capture_norm_calls(pair.candidate, cand_sites) as ccalls, \
+            capture_functional_norms(pair.candidate) as cfun:
         run_side(ctx.spec, "candidate", pair.candidate, pair.inputs)
     ref_used = _used(ref_sites, rcalls)
     cand_used = _used(cand_sites, ccalls)
@@ -131,6 +140,8 @@ def run(ctx: CheckContext) -> list[Finding]:
     findings += _structure(ref_used, cand_used, rcalls, ccalls)
     pairs = _pair(ref_used, cand_used)
     findings += _functions(pairs)
+    if not any(f.code == "norm.eps_mismatch" for f in findings):
+        findings += functional_eps_findings(rfun, cfun, ref_used)
     ctx.extras["norm_pairs"] = [(p.ref.name, p.cand.name) for p in pairs]
     fd = ctx.first_divergence
     for f in findings:
@@ -138,6 +149,61 @@ def run(ctx: CheckContext) -> list[Finding]:
             f.evidence["first_divergence"] = f"{fd.get('reference_module')} ~ {fd.get('candidate_module')}"
     return findings or [ok(P, f"{len(pairs)} norm module pairs compute the same function "
                               "(kind, weight, eps, bfloat16 error).", {"pairs": len(pairs)})]
+
+
+def _reference_eps(fn: str, width: int, rfun: list[FunctionalNormCall],
+                   ref_used: list[NormSite]) -> tuple[float | None, str]:
+    """The reference's eps for a norm of this kind and width, and where it was read."""
+    for c in rfun:
+        if c.function == fn and c.width == width and c.eps is not None:
+            return c.eps, f"reference F.{fn} call in {c.module}"
+    for s in ref_used:
+        if s.dim == width and s.eps is not None:
+            return float(s.eps), f"reference {s.name} ({s.type}.eps)"
+    return None, ""
+
+
+def functional_eps_findings(rfun: list[FunctionalNormCall], cfun: list[FunctionalNormCall],
+                            ref_used: list[NormSite]) -> list[Finding]:
+    """``norm.eps_mismatch`` for an eps the candidate passes to a functional norm call.
+
+    Parameters
+    ----------
+    rfun, cfun : list of FunctionalNormCall
+        The functional norm calls of one forward of each side
+        (:func:`porting_kit.probes.norms.capture_functional_norms`).
+    ref_used : list of NormSite
+        The reference's norm modules that ran (their ``eps`` attribute is the fallback
+        reference value where the reference calls no functional norm of that width).
+
+    Returns
+    -------
+    list of Finding
+        At most one: the first candidate call whose explicit eps differs from the
+        reference's by more than :data:`EPS_FACTOR`, with both values and how many calls
+        share it. A call with the default eps, or with no reference value to compare,
+        is not judged.
+    """
+    bad = []
+    for c in cfun:
+        if not c.explicit_eps or c.eps is None:
+            continue
+        ref_eps, source = _reference_eps(c.function, c.width, rfun, ref_used)
+        if ref_eps is None or ref_eps <= 0 or c.eps <= 0:
+            continue
+        if max(c.eps / ref_eps, ref_eps / c.eps) > EPS_FACTOR:
+            bad.append((c, ref_eps, source))
+    if not bad:
+        return []
+    c, ref_eps, source = bad[0]
+    return [_fail("norm.eps_mismatch",
+                  f"The candidate calls F.{c.function} in {c.module} with eps={_g(c.eps)} hard-coded; "
+                  f"the reference uses eps={_g(ref_eps)} ({len(bad)} such call"
+                  f"{'s' if len(bad) > 1 else ''}, width {c.width}).",
+                  {"reference_eps": ref_eps, "candidate_eps": c.eps, "function": c.function,
+                   "candidate_module": c.module, "width": c.width, "calls": len(bad),
+                   "reference_source": source, "read_from": "functional call (traced)"},
+                  Where(None, c.module))]
 
 
 def _used(sites: list[NormSite], calls: list[NormCall]) -> list[NormSite]:

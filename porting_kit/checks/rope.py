@@ -9,13 +9,22 @@ How it decides (differential, :mod:`porting_kit.probes.rotary` does the measurin
 --------------------------------------------------------------------------
 1. *Stored tables.* The candidate's ``inv_freq`` / ``cos_sin_cache`` /
    ``freqs_cis`` must be a RoPE table (finite, positive, decreasing, at most
-   1 rad/position); otherwise ``rope.inv_freq_uninitialized``.
+   1 rad/position); otherwise ``rope.inv_freq_uninitialized`` -- except a
+   table that ends in one regular block of zeros after a valid prefix
+   (partial rotary by padding: zero ``inv_freq``, identity cos/sin), which is
+   compared as partial rotary: a rotated fraction different from the
+   reference's is ``rope.partial_rotary_mismatch`` (both fractions in the
+   evidence), an equal one goes on to the measured rotation.
 2. *Measured rotation.* Both models run once on the spec's inputs; the first
    attention call's q/k are captured on each side. The reference's rotation
    is undone with its own ``cos``/``sin``, giving pre-rotary q/k. If the
    candidate's post-rotary vectors do not have the same per-token norms
    (rotation preserves them), q/k already differ *before* RoPE: not a RoPE
    fault (the norm check and parity locate it) and ``rope.ok`` says so.
+   Before that verdict the *mixed layouts* are tried: cos/sin built in the
+   half-split (HF cache) layout but applied with the interleaved rotation, or
+   built interleaved and applied with rotate-half; when one reproduces the
+   candidate's q/k it is ``rope.layout_mismatch`` (either direction).
 3. The candidate's pairing of dims is found by fitting every structure
    (rotate-half / interleaved, through the Llama q/k permutation or not,
    rotary over r dims). Rotate-half, or interleaved through the permutation,
@@ -56,6 +65,8 @@ from porting_kit.probes.rotary import (
     fit_frequencies,
     garbage_reason,
     measure_rotation,
+    mixed_layout_residuals,
+    padded_table,
     reference_inv_freq,
     rope_parameters,
     structures,
@@ -185,9 +196,15 @@ def run(ctx: CheckContext) -> list[Finding]:
     where = Where(ref_sites[0].module_name if ref_sites else None,
                   cand_sites[0].module_name if cand_sites else None)
 
-    ref_ok = not ref_sites or garbage_reason(ref_sites[0].inv_freq) is None
+    ref_ok = not ref_sites or garbage_reason(ref_sites[0].inv_freq) is None \
+        or padded_table(ref_sites[0].inv_freq) is not None
     for s in cand_sites:
         reason = garbage_reason(s.inv_freq)
+        if reason and ref_ok and padded_table(s.inv_freq) is not None:
+            padded = padding_finding(ref_sites, s, Where(where.reference, s.module_name))
+            if padded is not None:
+                return [_with_divergence(padded, ctx)]
+            continue  # deliberate padding, same rotated fraction: the rotation is measured below
         if reason and ref_ok:
             ev = {"candidate_table": s.name, "reason": reason,
                   "candidate_inv_freq_head": [float(v) for v in s.inv_freq[:5]]}
@@ -204,6 +221,64 @@ def run(ctx: CheckContext) -> list[Finding]:
     cand_where = where.candidate if where.candidate not in (None, "<root>") else probe.cand_site
     where = Where(where.reference or probe.ref_site, cand_where)
     return [_with_divergence(_diagnose(probe, ref_sites[0], cand_sites, where, ctx), ctx)]
+
+
+def padding_finding(ref_sites: list[RotarySite], cand: RotarySite, where: Where) -> Finding | None:
+    """``rope.partial_rotary_mismatch`` for a zero-padded candidate table whose rotated
+    fraction differs from the reference's; None when the fractions agree.
+
+    Parameters
+    ----------
+    ref_sites : list of RotarySite
+        The reference's tables (the first is compared; none: nothing to compare, None).
+    cand : RotarySite
+        A candidate table that :func:`porting_kit.probes.rotary.padded_table` recognises.
+    where : Where
+
+    Returns
+    -------
+    Finding or None
+        The fractions are of the candidate's padded width (``head_dim / 2`` pairs when the
+        table spans the head): candidate ``rotating / width``, reference its own rotating
+        pairs (padded or not) over the same width.
+    """
+    pad = padded_table(cand.inv_freq)
+    if pad is None or not ref_sites:
+        return None
+    ref_pad = padded_table(ref_sites[0].inv_freq)
+    ref_rot = ref_pad.rotating_pairs if ref_pad else int(ref_sites[0].inv_freq.numel())
+    ref_frac = min(ref_rot, pad.total_pairs) / pad.total_pairs
+    if ref_rot == pad.rotating_pairs:
+        return None
+    ev = {"candidate_table": cand.name, "candidate_rotary_fraction": pad.fraction,
+          "reference_rotary_fraction": ref_frac, "candidate_rotating_pairs": pad.rotating_pairs,
+          "candidate_table_pairs": pad.total_pairs, "reference_rotating_pairs": ref_rot,
+          "candidate_rotary_dim": 2 * pad.rotating_pairs, "reference_rotary_dim": 2 * ref_rot,
+          "padding": "zero inv_freq entries (identity cos/sin)"}
+    return _fail("rope.partial_rotary_mismatch",
+                 f"The candidate rotates {pad.rotating_pairs} of {pad.total_pairs} pairs (fraction "
+                 f"{pad.fraction:.3g}: its {cand.name} is zero-padded, partial rotary by padding), the "
+                 f"reference {ref_rot} (fraction {ref_frac:.3g}).", ev, where)
+
+
+def _mixed_layout(pr: Probe, tol: dict[str, float], where: Where, reason: str) -> Finding | None:
+    """``rope.layout_mismatch`` when cos/sin built in one layout and applied with the other
+    rotation explain the candidate's q and k (:func:`~porting_kit.probes.rotary.mixed_layout_residuals`)."""
+    rq = mixed_layout_residuals(pr.q_pre, pr.q_post, pr.theta_ref, pr.scale_ref)
+    rk = mixed_layout_residuals(pr.k_pre, pr.k_post, pr.theta_ref, pr.scale_ref)
+    res = {k: max(rq[k], rk[k]) for k in rq}
+    best = min(res, key=lambda k: res[k])
+    if res[best] > tol["structure"]:
+        return None
+    table, rotation = (("half-split (cat(f, f), HF cache)", "interleaved pairs")
+                       if best == "half_table_interleaved_rotation"
+                       else ("interleaved (repeat_interleave(f, 2))", "rotate-half"))
+    ev = {"hypothesis": best, "cos_sin_layout": table.split(" ")[0], "rotation_layout": rotation,
+          "hypothesis_residual": res[best], "probe_site_candidate": pr.cand_site,
+          "reference_layout": HALF, **{f"residual_{k}": v for k, v in res.items()}}
+    return _fail("rope.layout_mismatch",
+                 f"The candidate builds cos/sin in the {table} layout but rotates {rotation}: that "
+                 f"mix reproduces its q/k (relative residual {res[best]:.2g}); {reason}.", ev, where)
 
 
 def _with_divergence(f: Finding, ctx: CheckContext) -> Finding:
@@ -292,6 +367,10 @@ def _diagnose(pr: Probe, ref_site: RotarySite, cand_sites, where: Where, ctx: Ch
     # Gate: a rotation keeps every head vector's norm (up to a constant attention scaling).
     spread = max(_norm_spread(pr.q_pre, pr.q_post), _norm_spread(pr.k_pre, pr.k_post))
     if spread > tol["gate"]:
+        mixed = _mixed_layout(pr, tol, where, f"its rotation changes per-token norms by {spread:.3g}, "
+                              "which no consistent RoPE does")
+        if mixed is not None:
+            return mixed
         return ok(P, "q/k already differ before the rotary embedding (per-token norms differ by "
                   f"{spread:.3g}): not a RoPE fault; see the norm and parity findings.",
                   {"qk_norm_spread": spread, "probe_site_candidate": pr.cand_site})
@@ -304,6 +383,9 @@ def _diagnose(pr: Probe, ref_site: RotarySite, cand_sites, where: Where, ctx: Ch
                                 "structure_residual": fit.residual,
                                 "reference_structure_residual": fit.ref_residual}
     if fit.residual > tol["structure"]:
+        mixed = _mixed_layout(pr, tol, where, f"no consistent pairing fits (best residual {fit.residual:.3g})")
+        if mixed is not None:
+            return mixed
         evidence["qk_norm_spread"] = spread
         return _fail("rope.unexplained", "The candidate rotates q/k in a way no RoPE dim pairing "
                      f"explains (best residual {fit.residual:.3g} for {fit.st.describe()}).", evidence, where)

@@ -31,7 +31,10 @@ factor 4 that the port drops). Values chosen so the faults show:
   biases (random, so a bias added once per rank shows).
 
 Spec names: ``reference``, ``candidate``, ``candidate_tp``, ``inputs``, ``run_reference``,
-``run_candidate``, ``reference_config``, ``candidate_config``; models expose
+``run_candidate``, ``reference_config``, ``candidate_config``, ``engine_model`` (the
+serving-side AR worker for the ``rng`` / ``lifecycle`` families: the embedded
+generator's clean model, so ``porting-kit check`` with no arguments runs every family
+that one CPU process can), the audio names below; models expose
 their codecs as ``reference.codec`` (transformers ``EncodecModel``) and
 ``candidate.codec`` (:class:`~porting_kit.embedded.tts_port.CodecWrapper`); both
 have ``decode(codes (batch, n_codebooks, frames)) -> waveform (batch, samples)``
@@ -53,7 +56,17 @@ VARIANTS = {
     "rope_position_offset": "port rotates queries at position + 3 (keys at the engine's positions)",
     "rope_scaling_ignored": "reference uses linear rope scaling factor 4; the port drops it",
     "rope_low_precision": "port computes inv_freq and cos/sin in bfloat16",
+    "rope_padded_half": "port does partial rotary by padding: inv_freq over half of head_dim, "
+                        "zero-padded to the full head (rotated fraction 0.5, reference 1.0)",
+    "rope_table_half_rot_interleaved": "port builds cos/sin in the half-split (HF cache) layout but "
+                                       "rotates interleaved pairs",
+    "rope_table_interleaved_rot_half": "port builds cos/sin interleaved (repeat_interleave) but "
+                                       "rotates halves (rotate_half)",
+    "batch_left_pad": "batched forward left-pads the requests but keeps positions 0..T-1 and no "
+                      "padding mask (rows attend to padding, positions shifted)",
     "norm_eps": "port uses rms_norm_eps 1e-5 (reference 1e-6)",
+    "norm_functional_eps": "port's final norm is F.rms_norm(..., eps=1e-5) with the eps hard-coded "
+                           "(reference 1e-6)",
     "norm_layernorm": "port uses LayerNorm (mean subtracted) instead of RMSNorm",
     "norm_weight_offset": "port applies (1 + w) where the reference applies w",
     "norm_no_fp32_upcast": "port computes the norm variance in the input dtype (shows only in bf16)",
@@ -83,7 +96,12 @@ PORT_OPTIONS: dict[str, dict[str, Any]] = {
     "rope_position_offset": {"position_offset": 3},
     "rope_scaling_ignored": {"ignore_rope_scaling": True},
     "rope_low_precision": {"rope_dtype": "bfloat16"},
+    "rope_padded_half": {"rope_pad_factor": 0.5},
+    "rope_table_half_rot_interleaved": {"rope_table_layout": "half", "rope_interleaved": True},
+    "rope_table_interleaved_rot_half": {"rope_table_layout": "interleaved"},
+    "batch_left_pad": {},  # the port is clean: the fault is in run_candidate_batch
     "norm_eps": {"rms_norm_eps": 1e-5},
+    "norm_functional_eps": {"functional_final_norm_eps": 1e-5},
     "norm_layernorm": {"norm_kind": "layer"},
     "norm_weight_offset": {"norm_weight_offset": True},
     "norm_no_fp32_upcast": {"norm_fp32_upcast": False},
@@ -280,6 +298,60 @@ def run_candidate(model, inputs):
     input_ids = inputs["input_ids"]
     positions = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
     return model.compute_logits(model(input_ids, positions))
+
+
+def engine_model():
+    """The port's serving-side AR worker, driven through vLLM-Omni's AR-runner contract.
+
+    The tiny TTS's engine form: the embedded generator's clean model
+    (:func:`porting_kit.embedded.generator_model.build_model`, MOSS-TTS-Nano shape:
+    per-request ``torch.Generator`` keyed by ``global_request_id``, row-wise EOS from
+    ``compute_logits``, ``on_requests_finished``). No ``tts`` variant plants a fault in it:
+    the ``rng`` / ``lifecycle`` faults are the ``generator`` example's variants.
+
+    Returns
+    -------
+    porting_kit.embedded.generator_model.GeneratorTTS
+        A fresh, seeded model on the CPU (the engine driver calls this once per scenario).
+    """
+    from porting_kit.embedded.generator_model import build_model
+
+    return build_model(None)
+
+
+def run_candidate_batch(model, requests):
+    """The port's padded batched forward (the ``batch`` family's ``run_candidate_batch``).
+
+    Requests are right-padded with token 0 to the longest; positions are ``0..T-1`` on every
+    row. With causal attention a right-padded row never sees its padding, so each row's
+    first ``len`` logits equal the request run alone. ``batch_left_pad`` plants the fault:
+    left padding with the same positions and no padding mask.
+
+    Parameters
+    ----------
+    model : TinyTTSPort
+    requests : list of dict
+        Each ``{"input_ids": LongTensor [shape=(1, len)]}``.
+
+    Returns
+    -------
+    list of torch.Tensor
+        Per request ``[shape=(1, len, vocab_size)]``, its padding removed.
+    """
+    import torch
+
+    ids = [r["input_ids"][0] for r in requests]
+    longest = max(int(x.numel()) for x in ids)
+    left = VARIANT == "batch_left_pad"
+    rows = []
+    for x in ids:
+        pad = torch.zeros(longest - x.numel(), dtype=x.dtype, device=x.device)
+        rows.append(torch.cat([pad, x]) if left else torch.cat([x, pad]))
+    batch = torch.stack(rows)
+    positions = torch.arange(longest, device=batch.device).expand_as(batch)
+    logits = model.compute_logits(model(batch, positions))
+    return [logits[i:i + 1, longest - x.numel():] if left else logits[i:i + 1, :x.numel()]
+            for i, x in enumerate(ids)]
 
 
 def _static(constants: dict[str, Any]) -> dict[str, Any]:

@@ -71,8 +71,19 @@ class PortOptions:
     rope_dtype : str, default "float32"
         RoPE: dtype ``inv_freq`` and cos/sin are computed in (``"bfloat16"`` is the
         low-precision fault).
+    rope_pad_factor : float, default 1.0
+        RoPE: partial rotary done by padding: ``inv_freq`` is computed over
+        ``head_dim * rope_pad_factor`` dims and zero-padded to ``head_dim / 2`` entries,
+        the rotation runs over the whole head (zero frequency = identity).
+    rope_table_layout : {"", "half", "interleaved"}, default ""
+        RoPE: build cos/sin full-width in this layout (``"half"``: ``cat(f, f)`` as HF's
+        cache; ``"interleaved"``: ``repeat_interleave(f, 2)``) and apply them elementwise
+        with the rotation of ``rope_interleaved``; ``""`` pairs them consistently.
     rms_norm_eps : float or None, default None
         Norm: epsilon override (``None``: the config's ``rms_norm_eps``).
+    functional_final_norm_eps : float or None, default None
+        Norm: the final norm runs as ``F.rms_norm(h, (hidden,), norm.weight, eps=<this>)``,
+        an eps hard-coded in a functional call (``None``: the norm module runs).
     norm_kind : {"rms", "layer"}, default "rms"
         Norm: ``"rms"`` (RMSNorm) or ``"layer"`` (``nn.LayerNorm`` without bias: mean
         subtracted).
@@ -97,7 +108,10 @@ class PortOptions:
     position_offset: int = 0
     ignore_rope_scaling: bool = False
     rope_dtype: str = "float32"
+    rope_pad_factor: float = 1.0
+    rope_table_layout: str = ""
     rms_norm_eps: float | None = None
+    functional_final_norm_eps: float | None = None
     norm_kind: str = "rms"
     norm_weight_offset: bool = False
     norm_fp32_upcast: bool = True
@@ -282,6 +296,12 @@ class RotaryEmbedding(nn.Module):
     query_position_offset : int
         Fault knob: the query is rotated at ``positions + query_position_offset``,
         the key at ``positions``.
+    zero_pad_pairs : int
+        Fault knob: ``inv_freq`` covers ``rotary_dim - 2 * zero_pad_pairs`` dims and ends
+        in that many zeros (partial rotary by padding; 0 normally).
+    table_layout : str
+        Fault knob: ``"half"`` / ``"interleaved"`` build cos/sin full-width in that layout
+        and apply them elementwise with the ``is_neox_style`` rotation; ``""`` normally.
 
     Attributes
     ----------
@@ -292,8 +312,11 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_size: int, rotary_dim: int, max_position_embeddings: int,
                  base: float, is_neox_style: bool = True, scaling_factor: float = 1.0,
-                 dtype: torch.dtype = torch.float32, query_position_offset: int = 0):
+                 dtype: torch.dtype = torch.float32, query_position_offset: int = 0,
+                 zero_pad_pairs: int = 0, table_layout: str = ""):
         super().__init__()
+        self.zero_pad_pairs = zero_pad_pairs
+        self.table_layout = table_layout
         self.head_size = head_size
         self.rotary_dim = rotary_dim
         self.max_position_embeddings = max_position_embeddings
@@ -315,9 +338,12 @@ class RotaryEmbedding(nn.Module):
             per position (rounded through ``compute_dtype`` first: the low-precision fault).
         """
         dt = self.compute_dtype
-        exponent = torch.arange(0, self.rotary_dim, 2, dtype=dt) / self.rotary_dim
+        dim = self.rotary_dim - 2 * self.zero_pad_pairs
+        exponent = torch.arange(0, dim, 2, dtype=dt) / dim
         inv_freq = 1.0 / (self.base ** exponent)
         inv_freq = inv_freq / self.scaling_factor
+        if self.zero_pad_pairs:
+            inv_freq = torch.cat([inv_freq, torch.zeros(self.zero_pad_pairs, dtype=dt)])
         return inv_freq.to(torch.float32)
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -372,13 +398,28 @@ class RotaryEmbedding(nn.Module):
         cos = cos.unsqueeze(-2).to(x.dtype)
         sin = sin.unsqueeze(-2).to(x.dtype)
         rot, tail = x[..., : self.rotary_dim], x[..., self.rotary_dim:]
-        if self.is_neox_style:
+        if self.table_layout:
+            out = self._rotate_full_table(rot, cos, sin)
+        elif self.is_neox_style:
             x1, x2 = rot.chunk(2, dim=-1)
             out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
         else:
             x1, x2 = rot[..., 0::2], rot[..., 1::2]
             out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
         return torch.cat((out, tail), dim=-1).view(shape)
+
+    def _rotate_full_table(self, rot: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``rot * cos_full + rotation(rot) * sin_full``, cos/sin widened in :attr:`table_layout`."""
+        if self.table_layout == "half":
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        else:
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        if self.is_neox_style:
+            x1, x2 = rot.chunk(2, dim=-1)
+            turned = torch.cat((-x2, x1), dim=-1)
+        else:
+            turned = torch.stack((-rot[..., 1::2], rot[..., 0::2]), dim=-1).flatten(-2)
+        return rot * cos + turned * sin
 
     def extra_repr(self) -> str:
         return (f"head_size={self.head_size}, rotary_dim={self.rotary_dim}, base={self.base}, "
@@ -558,7 +599,9 @@ class Attention(nn.Module):
         self.rotary_emb = RotaryEmbedding(
             self.head_dim, c["rotary_dim"], c["max_position_embeddings"], c["rope_theta"],
             is_neox_style=c["rope_layout"] == "rotate_half", scaling_factor=scaling,
-            dtype=getattr(torch, c["rope_dtype"]), query_position_offset=options.position_offset)
+            dtype=getattr(torch, c["rope_dtype"]), query_position_offset=options.position_offset,
+            zero_pad_pairs=round(c["rotary_dim"] * (1 - options.rope_pad_factor)) // 2,
+            table_layout=options.rope_table_layout)
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         """Causal self-attention of one layer.
@@ -692,6 +735,7 @@ class Talker(nn.Module):
         self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
         self.layers = nn.ModuleList(DecoderLayer(c, options, i) for i in range(c["num_hidden_layers"]))
         self.norm = make_norm(c["hidden_size"], c["rms_norm_eps"], options)
+        self.functional_final_norm_eps = options.functional_final_norm_eps
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Token ids -> final-normed hidden states.
@@ -708,6 +752,8 @@ class Talker(nn.Module):
         h = self.embed_tokens(input_ids)
         for layer in self.layers:
             h = layer(positions, h)
+        if self.functional_final_norm_eps is not None:  # the planted fault: eps hard-coded here
+            return F.rms_norm(h, (h.shape[-1],), self.norm.weight, eps=self.functional_final_norm_eps)
         return self.norm(h)
 
 

@@ -1,4 +1,10 @@
-"""PK7xx RoPE buffers that nobody re-initialises after a meta-device build.
+"""PK7xx RoPE buffers that nobody re-initialises after a meta-device build (PK701); RoPE
+config keys read with a fallback that transformers 5 moved (PK702).
+
+PK702: ``getattr(config, "rope_theta", 10000.0)`` (or ``"rope_scaling"``) with a
+non-``None`` default, in a file that never mentions ``rope_parameters``. transformers 5
+keeps both under ``config.rope_parameters``; the attribute lookup falls back and the
+port runs with the default base (``rope.theta_mismatch`` at check time).
 
 ``register_buffer("inv_freq", ..., persistent=False)`` is not in the
 checkpoint. When the module is built on the meta device (transformers'
@@ -68,7 +74,24 @@ def _copy(lin, node: ast.Call) -> None:
             state.reinit = True
 
 
-CALLS = {"register_buffer": _register_buffer, "copy_": _copy}
+#: Config keys transformers 5 moved under ``config.rope_parameters``.
+_MOVED_KEYS = ("rope_theta", "rope_scaling")
+
+
+def _moved_key_fallback(lin, node: ast.Call) -> None:
+    """PK702: ``getattr(config, "rope_theta", 10000.0)`` in a file that never reads
+    ``rope_parameters``: on transformers 5 the attribute is gone and the default wins."""
+    if len(node.args) != 3 or "rope_parameters" in lin.text:
+        return
+    key = const_str(node.args[1])
+    default = node.args[2]
+    if key not in _MOVED_KEYS or (default.__class__ is ast.Constant and default.value is None):
+        return
+    lin.report("PK702", node, f"`{key}` read with a fallback: transformers 5 keeps it in "
+                              "config.rope_parameters, so the default is used silently")
+
+
+CALLS = {"register_buffer": _register_buffer, "copy_": _copy, "getattr": _moved_key_fallback}
 
 
 def on_assign(lin, node: ast.AST) -> None:

@@ -12,8 +12,8 @@ prefix     family                      module
 ``PK3xx``  host-device sync            :mod:`porting_kit.lint.host_sync`
 ``PK4xx``  codec precision             :mod:`porting_kit.lint.codec_precision`
 ``PK5xx``  global RNG                  :mod:`porting_kit.lint.global_rng`
-``PK6xx``  stereo flattening           :mod:`porting_kit.lint.stereo`
-``PK7xx``  RoPE buffers                :mod:`porting_kit.lint.rope_buffers`
+``PK6xx``  stereo flattening, axes     :mod:`porting_kit.lint.stereo`
+``PK7xx``  RoPE buffers, RoPE config   :mod:`porting_kit.lint.rope_buffers`
 ``PK8xx``  optional-dependency patch   :mod:`porting_kit.lint.optional_deps`
 ``PK9xx``  adapter ``build()``         :mod:`porting_kit.lint.adapter_build`
 ``PKY1xx`` deploy YAML                 :mod:`porting_kit.lint.deploy_yaml`
@@ -92,10 +92,16 @@ RULES: dict[str, Rule] = {r.code: r for r in (
          "mix down instead: `wav.mean(dim=0)` (or keep channels and write a 2-D array)"),
     Rule("PK602", "multi-channel waveform flattened to 1-D",
          "mix down with `.mean(dim=0)` or select a channel; do not concatenate channels"),
+    Rule("PK603", "resampler called on a transposed (samples, channels) waveform without axis=",
+         "resample the (channels, samples) array along its last axis, or pass axis=0 / dim=0 for "
+         "(samples, channels)"),
     # PK7xx RoPE buffers
     Rule("PK701", "non-persistent inv_freq buffer in a module built on the meta device, never re-initialised",
          "recompute inv_freq after loading (in load_weights / _init_weights) or name the class "
          "*RotaryEmbedding and keep `original_inv_freq` so transformers re-initialises it"),
+    Rule("PK702", "rope_theta / rope_scaling read with a fallback, and rope_parameters never read",
+         "read config.rope_parameters['rope_theta'] (transformers 5), falling back to the attribute "
+         "only for old configs"),
     # PK8xx optional-dependency fallback
     Rule("PK801", "optional-dependency fallback patch applied at module import time",
          "move the try/except ImportError patch into load_weights() (or the first call that needs it)"),

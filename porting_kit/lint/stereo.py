@@ -10,6 +10,11 @@ is multi-channel (``stereo``, ``channels``, ``multichannel``). Mix down with
 and no codec codes (``codes``, ``tokens``, ``ids``, ``frames``, ``latent``
 ...): flattening a (frames, codebooks) code grid codebook-major is the codec
 convention, not a stereo bug.
+
+PK603: ``librosa.resample(wav.T, ...)`` / ``torchaudio.functional.resample(wav.T, ...)`` on a
+transposed waveform without ``axis=`` / ``dim=``: these resample the last axis, which
+is then the channel axis of a (samples, channels) array (scipy's ``signal.resample``
+works on axis 0 and is left alone).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import ast
 import re
 
-from porting_kit.lint.astutil import dotted, is_minus_one, names_in
+from porting_kit.lint.astutil import dotted, is_minus_one, keyword, names_in
 
 _MULTI = re.compile(r"(stereo|multichannel|multi_channel|channels)", re.IGNORECASE)
 _WAVE = re.compile(r"(wav|audio|pcm|speech|stereo|signal|sample|channel|mix|out)", re.IGNORECASE)
@@ -82,4 +87,27 @@ def _flatten(lin, node: ast.Call) -> None:
         lin.report("PK602", node, f"`{name}` is multi-channel: flattening concatenates the channels")
 
 
-CALLS = {"reshape": _flatten, "view": _flatten, "flatten": _flatten, "ravel": _flatten}
+#: Resamplers that work along the last axis by default (librosa, torchaudio, julius, soxr-style).
+_RESAMPLERS = frozenset({"resample"})
+
+
+def _resample(lin, node: ast.Call) -> None:
+    """PK603: a resampler called on a transposed waveform without ``axis=`` / ``dim=``."""
+    if not node.args or keyword(node, "axis") is not None or keyword(node, "dim") is not None:
+        return
+    func = node.func
+    name = dotted(func)
+    if name.endswith(("signal.resample", "signal.resample_poly")):
+        return  # scipy resamples axis 0 by default: (samples, channels) is its convention
+    x = node.args[0]
+    if not _is_transposed(x):
+        return
+    words = " ".join(names_in(x) - _METHODS)
+    if _CODES.search(words) or not _WAVE.search(words):
+        return
+    lin.report("PK603", node, "resampler called on a (samples, channels) array: it resamples along "
+                              "the last axis, the channels")
+
+
+CALLS = {"reshape": _flatten, "view": _flatten, "flatten": _flatten, "ravel": _flatten,
+         "resample": _resample}

@@ -20,6 +20,9 @@ Spec audio names (README "Port spec: audio names")
     are the port's configured values (defaults 10 and 8).
 ``codec_candidate() -> nn.Module``, optional
     The candidate's codec module; its parameters must be float32 (dtype check).
+``served_channels`` (int or function), optional
+    Channels the port serves: 1 (default) = mono 1-D samples; C > 1 = a
+    ``(C, samples)`` waveform, compared channel by channel with a C-channel reference.
 
 The reference decode, the candidate decode and the hypotheses they need are
 computed once (:func:`get_audio_pair`, cached in ``ctx.state["audio.pair"]``)
@@ -32,12 +35,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from porting_kit.errors import InputError
 from porting_kit.probes.waveform import (FP32_MIN_SNR_DB, HYPOTHESIS_SNR_DB, WaveformComparison,
                                          analyse_waveforms, as_channels_first, snr_db)
 
-AUDIO_NAMES = ("codes", "decode_reference", "decode_candidate")
+from porting_kit.spec import AUDIO_NAMES
 _STATE_KEY = "audio.pair"
+#: dB the candidate's float32 re-decode must gain over its served decode for the
+#: low-precision hypothesis to hold (measured: the tts example's bf16 codec, 37.3 -> 41.1 dB;
+#: a fault that is not precision gains 0 dB).
+FP32_FIX_DB = 2.0
 
 
 @dataclass
@@ -68,6 +77,37 @@ class ContentDiagnosis:
 
 
 @dataclass
+class TailFit:
+    """The candidate is longer by ``extra_frames`` frames and equals the reference decode of
+    the codes followed by that many padding frames (delay-pattern padding decoded as audio).
+
+    ``pad``: the padding tried that fits (``"code 0"``: special tokens clamped or mapped to
+    code 0; ``"last frame repeated"``); SNRs in dB over the candidate's whole length.
+    """
+
+    extra_frames: int
+    pad: str
+    num_codebooks: int
+    hypothesis_snr_db: float
+    given_snr_db: float
+
+
+@dataclass
+class CodebookShiftFit:
+    """Codebooks ``rows`` are read ``shift_frames`` frames early (negative: late) against the
+    others, as when a delay pattern is undone with an off-by-one for one group; the decode
+    then has ``frames_used`` frames. SNRs in dB of the hypothesis and of the codes as given.
+    """
+
+    rows: tuple[int, ...]
+    shift_frames: int
+    frames_used: int
+    num_codebooks: int
+    hypothesis_snr_db: float
+    given_snr_db: float
+
+
+@dataclass
 class AudioPair:
     """The decoded reference/candidate pair and what was measured on it (facts, no findings).
 
@@ -88,8 +128,20 @@ class AudioPair:
     bf16_snr_db : float or None
         SNR (dB) of the reference decoded under bf16 autocast against its fp32 decode.
     dtype_explains : bool
-        No code layout fits and the candidate's residual error is the size a
-        bf16/autocast decode makes (SNR within 20 dB of ``bf16_snr_db``).
+        No code layout fits, the candidate's residual error is the size a
+        bf16/autocast decode makes (SNR within 20 dB of ``bf16_snr_db``), and the
+        candidate's own decode of the same codes with its codec cast to float32
+        (``codec_candidate()``) fixes it: reaches ``FP32_MIN_SNR_DB`` or gains
+        ``FP32_FIX_DB`` (a codec stored in bf16 keeps its weights' rounding after the
+        cast, so only the compute part of the error goes away). Without
+        ``codec_candidate()`` the fix cannot be tried and nothing is blamed on the dtype.
+    tail : TailFit or None
+        The candidate's extra length is padding frames decoded as audio.
+    codebook_shift : CodebookShiftFit or None
+        A group of codebooks is shifted by whole frames against the others.
+    fp32_redecode_snr_db : float or None
+        SNR (dB) of the candidate's decode with its codec cast to float32 (measured only
+        when the low-precision hypothesis is tried and ``codec_candidate()`` exists).
     """
 
     codes: Any
@@ -102,6 +154,9 @@ class AudioPair:
     diagnosis: ContentDiagnosis | None = None
     bf16_snr_db: float | None = None
     dtype_explains: bool = False
+    tail: TailFit | None = None
+    codebook_shift: CodebookShiftFit | None = None
+    fp32_redecode_snr_db: float | None = None
 
 
 def missing_reason(spec) -> str | None:
@@ -156,6 +211,32 @@ def hop_length_of_spec(spec) -> int | None:
         except ValueError as exc:
             raise InputError(f"{spec.name}: codec_config(): {exc}") from exc
     return None
+
+
+def served_channels_of_spec(spec) -> int:
+    """The spec's ``served_channels`` (int or function; default 1, mono).
+
+    Parameters
+    ----------
+    spec : Spec
+        The port spec.
+
+    Returns
+    -------
+    int
+        Channels the port serves (>= 1).
+
+    Raises
+    ------
+    InputError
+        The value is not a positive integer.
+    """
+    v = spec.get("served_channels", 1)
+    if callable(v):
+        v = spec.call("served_channels")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InputError(f"{spec.name}: served_channels must be a positive int, got {v!r}")
+    return int(v)
 
 
 def _decode(spec, name: str, codes) -> tuple[Any, int]:
@@ -275,7 +356,7 @@ def get_audio_pair(ctx) -> AudioPair | str:
         ref, sr_r = _decode(spec, "decode_reference", codes)
         cand, sr_c = _decode(spec, "decode_candidate", codes)
     cmp = analyse_waveforms(ref, cand, sr_r, sr_c, hop_length=hop, frames=int(codes.shape[1]),
-                            served=True)
+                            served=True, served_channels=served_channels_of_spec(spec))
     pair = AudioPair(codes=codes, hop_length=hop, reference=ref, candidate=cand,
                      sr_reference=sr_r, sr_candidate=sr_c, comparison=cmp)
     structural = cmp.structural()
@@ -286,8 +367,12 @@ def get_audio_pair(ctx) -> AudioPair | str:
         b = served(bf)
         n = min(r.size, b.size)
         pair.bf16_snr_db = snr_db(r[:n], b[:n])
+    if hop and cmp.length is not None and not nonfinite:
+        pair.tail = tail_fit(spec, pair)
     if not structural and not nonfinite and cmp.content_snr_db < FP32_MIN_SNR_DB:
-        _diagnose_content(spec, pair)
+        pair.codebook_shift = codebook_shift_fit(spec, pair)
+        if pair.codebook_shift is None:
+            _diagnose_content(spec, pair)
     ctx.state[_STATE_KEY] = pair
     ctx.extras["audio_pair"] = pair
     return pair
@@ -313,4 +398,162 @@ def _diagnose_content(spec, pair: AudioPair) -> None:
     pair.diagnosis = ContentDiagnosis(tried, best, fits, given, int(K), int(T))
     bf = pair.bf16_snr_db
     if not fits and bf is not None and given >= bf - 20.0:
-        pair.dtype_explains = True  # the dtype family reports it
+        pair.fp32_redecode_snr_db = fp32_redecode_snr(spec, pair)
+        fixed = pair.fp32_redecode_snr_db
+        pair.dtype_explains = bool(  # the dtype family reports it
+            fixed is not None and fixed >= min(FP32_MIN_SNR_DB, given + FP32_FIX_DB))
+
+
+def fp32_redecode_snr(spec, pair: AudioPair) -> float | None:
+    """SNR (dB) of the candidate's decode of the same codes with its codec cast to float32.
+
+    Casts ``codec_candidate()``'s floating parameters and buffers to float32 for one
+    ``decode_candidate(codes)`` call and restores each one's dtype afterwards (bf16/fp16 ->
+    fp32 -> back is exact).
+
+    Parameters
+    ----------
+    spec : Spec
+        Defines ``codec_candidate()`` (else ``None`` is returned: the fix cannot be tried).
+    pair : AudioPair
+        Its ``codes`` and ``reference`` (the fp32 reference decode).
+
+    Returns
+    -------
+    float or None
+        SNR of the re-decoded candidate's mono mixdown against the reference's, over the
+        common length; ``None`` when the spec has no ``codec_candidate()``.
+    """
+    if not callable(spec.get("codec_candidate")):
+        return None
+    import torch
+
+    codec = spec.call("codec_candidate")
+    tensors = [t for t in list(codec.parameters()) + list(codec.buffers()) if t.is_floating_point()]
+    saved = [t.data for t in tensors]
+    try:
+        for t in tensors:
+            t.data = t.data.float()
+        with torch.no_grad():
+            y, _ = _decode(spec, "decode_candidate", pair.codes)
+    finally:
+        for t, d in zip(tensors, saved):
+            t.data = d
+    r, c = served(pair.reference), served(y)
+    n = min(r.size, c.size)
+    return snr_db(r[:n], c[:n])
+
+
+def _decoded_mono(spec, codes):
+    import torch
+
+    with torch.no_grad():
+        y, _ = _decode(spec, "decode_reference", codes)
+    return served(y)
+
+
+def tail_fit(spec, pair: AudioPair) -> TailFit | None:
+    """Is the candidate's extra length delay-pattern padding decoded as audio?
+
+    Tried when the candidate is longer than the reference by a whole number ``e`` of
+    frames, ``1 <= e <= num_codebooks``: the reference decodes the codes followed by ``e``
+    padding frames (code 0, or the last frame repeated) and is compared with the candidate
+    over its whole length.
+
+    Parameters
+    ----------
+    spec : Spec
+        Its ``decode_reference`` is called once per padding tried.
+    pair : AudioPair
+        Codes ``[shape=(K, T)]``, hop (samples), both decodes.
+
+    Returns
+    -------
+    TailFit or None
+        The padding that reproduces the candidate at ``HYPOTHESIS_SNR_DB`` or better, and
+        better than the reference as given (zero-extended) by 6 dB; else None.
+    """
+    import torch
+
+    hop = pair.hop_length
+    m = pair.comparison.metrics
+    extra = int(m.candidate_samples) - int(m.reference_samples)
+    K = int(pair.codes.shape[0])
+    if not hop or extra <= 0 or extra % hop or not 1 <= extra // hop <= K:
+        return None
+    e = extra // hop
+    cand = served(pair.candidate)
+    ref = served(pair.reference)
+    given = snr_db(cand, np.concatenate([ref, np.zeros(max(cand.size - ref.size, 0))])[:cand.size])
+    pads = {"code 0": torch.zeros((K, e), dtype=pair.codes.dtype),
+            "last frame repeated": pair.codes[:, -1:].repeat(1, e)}
+    for name, pad in pads.items():
+        y = _decoded_mono(spec, torch.cat([pair.codes, pad], dim=1))
+        if y.size != cand.size:
+            continue
+        s = snr_db(y, cand)
+        if s >= HYPOTHESIS_SNR_DB and s > given + 6:
+            return TailFit(e, name, K, s, given)
+    return None
+
+
+def _row_groups(K: int) -> list[tuple[int, ...]]:
+    """Contiguous codebook groups a delay-pattern undo can shift: prefixes, suffixes, single rows."""
+    groups = [tuple(range(g)) for g in range(1, K)] + [tuple(range(g, K)) for g in range(1, K)]
+    groups += [(k,) for k in range(K)]
+    return list(dict.fromkeys(groups))
+
+
+def codebook_shift_fit(spec, pair: AudioPair, max_shift: int = 2) -> CodebookShiftFit | None:
+    """Is one group of codebooks shifted by whole frames against the others?
+
+    For each contiguous group (:func:`_row_groups`) and shift ``s`` in
+    ``+-1..max_shift`` frames, the reference decodes codes whose group rows are read ``s``
+    frames early (``T - |s|`` frames), and is compared with the candidate over the common
+    length. Tried only where the candidate's length is the reference's or ``|s|`` hops
+    shorter.
+
+    Parameters
+    ----------
+    spec : Spec
+        Its ``decode_reference`` is called per hypothesis.
+    pair : AudioPair
+    max_shift : int, default 2
+        Largest shift tried, frames.
+
+    Returns
+    -------
+    CodebookShiftFit or None
+        The best hypothesis when it reaches ``HYPOTHESIS_SNR_DB`` and beats the codes as
+        given by 6 dB; else None.
+    """
+    import torch
+
+    codes, hop = pair.codes, pair.hop_length
+    K, T = int(codes.shape[0]), int(codes.shape[1])
+    m = pair.comparison.metrics
+    short = int(m.reference_samples) - int(m.candidate_samples)
+    if K < 2 or not hop:
+        return None
+    cand = served(pair.candidate)
+    given = pair.comparison.content_snr_db
+    best: CodebookShiftFit | None = None
+    for s in [v for a in range(1, max_shift + 1) for v in (a, -a)]:
+        if short not in (0, abs(s) * hop) or T - abs(s) < 1:
+            continue
+        n_used = T - abs(s)
+        for rows in _row_groups(K):
+            others = [k for k in range(K) if k not in rows]
+            c2 = torch.empty((K, n_used), dtype=codes.dtype)
+            a, b = (s, 0) if s > 0 else (0, -s)
+            c2[list(rows)] = codes[list(rows), a:a + n_used]
+            if others:
+                c2[others] = codes[others, b:b + n_used]
+            y = _decoded_mono(spec, c2)
+            n = min(y.size, cand.size)
+            score = snr_db(y[:n], cand[:n])
+            if best is None or score > best.hypothesis_snr_db:
+                best = CodebookShiftFit(rows, s, n_used, K, score, given)
+    if best and best.hypothesis_snr_db >= HYPOTHESIS_SNR_DB and best.hypothesis_snr_db > given + 6:
+        return best
+    return None

@@ -455,3 +455,114 @@ def capture_norm_calls(model, sites: list[NormSite]) -> Iterator[list[NormCall]]
         for h in handles:
             h.remove()
         del site_by_mod
+
+
+# ------------------------------------------------------------ functional norms
+
+@dataclass
+class FunctionalNormCall:
+    """One call of a functional norm (``F.rms_norm`` / ``F.layer_norm`` / ``F.group_norm``).
+
+    Attributes
+    ----------
+    function : str
+        ``"rms_norm"``, ``"layer_norm"`` or ``"group_norm"``.
+    eps : float or None
+        The eps the call ran with (``None``: ``rms_norm``'s default, the dtype's eps).
+    width : int
+        Normalised size: last axis of ``normalized_shape``; for ``group_norm`` the group count.
+    module : str
+        The innermost module running when it was called (``"<root>"`` outside any).
+    explicit_eps : bool
+        eps was passed by the caller (positionally or by keyword) rather than defaulted.
+    """
+
+    function: str
+    eps: float | None
+    width: int
+    module: str
+    explicit_eps: bool
+
+
+#: function name -> (index of eps in the positional arguments, default eps).
+_FUNCTIONAL = {"rms_norm": (3, None), "layer_norm": (4, 1e-5), "group_norm": (4, 1e-5)}
+
+
+@contextmanager
+def capture_functional_norms(model) -> Iterator[list[FunctionalNormCall]]:
+    """Record every functional norm call of one forward of ``model``, with the eps it ran with.
+
+    ``torch.nn.functional.rms_norm`` / ``layer_norm`` / ``group_norm`` (and ``torch.rms_norm``
+    / ``torch.layer_norm`` / ``torch.group_norm``) are seen through a
+    :class:`torch.overrides.TorchFunctionMode`; a nested call of the same norm (``F.layer_norm``
+    calling ``torch.layer_norm``) is recorded once. Norm modules (``nn.LayerNorm``,
+    ``nn.RMSNorm``) call these too and are recorded with their own eps, so an eps hard-coded in
+    a functional call anywhere in the forward is read from what runs, not from attributes.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Forward pre/post hooks on every module track the innermost one running.
+
+    Yields
+    ------
+    list of FunctionalNormCall
+        Filled, in call order, by the forward run inside the ``with`` block.
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    calls: list[FunctionalNormCall] = []
+    stack: list[str] = []
+    names = {id(m): n or "<root>" for n, m in model.named_modules()}
+    targets = {}
+    for name in _FUNCTIONAL:
+        for owner in (torch.nn.functional, torch):
+            fn = getattr(owner, name, None)
+            if fn is not None:
+                targets[fn] = name
+
+    class _Mode(TorchFunctionMode):
+        depth = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = targets.get(func)
+            if name is None or self.depth:
+                return func(*args, **kwargs)
+            calls.append(_functional_call(name, args, kwargs, stack[-1] if stack else "<root>"))
+            self.depth += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.depth -= 1
+
+    def pre(mod, args):
+        stack.append(names.get(id(mod), type(mod).__name__))
+
+    def post(mod, args, out):
+        if stack:
+            stack.pop()
+
+    handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
+    handles += [m.register_forward_hook(post) for m in model.modules()]
+    try:
+        with _Mode():
+            yield calls
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _functional_call(name: str, args, kwargs, module: str) -> FunctionalNormCall:
+    """The eps and width of one functional norm call from its arguments."""
+    pos, default = _FUNCTIONAL[name]
+    explicit = "eps" in kwargs or len(args) > pos
+    eps = kwargs.get("eps", args[pos] if len(args) > pos else default)
+    if name == "group_norm":
+        width = int(kwargs.get("num_groups", args[1] if len(args) > 1 else 0))
+    else:
+        shape = kwargs.get("normalized_shape", args[1] if len(args) > 1 else ())
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        width = int(shape[-1]) if shape else 0
+    return FunctionalNormCall(name, None if eps is None else float(eps), width, module, bool(explicit))

@@ -208,6 +208,108 @@ def garbage_reason(inv_freq) -> str | None:
     return None
 
 
+@dataclass
+class PaddedTable:
+    """A frequency table that ends in a regular block of zeros: partial rotary by padding.
+
+    Attributes
+    ----------
+    rotating_pairs : int
+        Leading entries that are a valid RoPE table (positive, decreasing, <= 1 rad/position).
+    total_pairs : int
+        Entries of the table (``rotary_dim // 2`` of the padded width).
+    """
+
+    rotating_pairs: int
+    total_pairs: int
+
+    @property
+    def fraction(self) -> float:
+        """Rotated fraction of the padded width: ``rotating_pairs / total_pairs``."""
+        return self.rotating_pairs / self.total_pairs
+
+
+def padded_table(inv_freq) -> PaddedTable | None:
+    """Recognise deliberate zero padding: a valid RoPE table followed by exact zeros.
+
+    A port that rotates part of the head sometimes keeps full-width tables and pads
+    ``inv_freq`` with zeros (cos = 1, sin = 0: the identity) instead of slicing. That
+    is a regular block (all the zeros at the end, every value before them a RoPE
+    table), unlike uninitialised memory (zeros scattered, or the whole table).
+
+    Parameters
+    ----------
+    inv_freq : torch.Tensor [shape=(pairs,)]
+        Radians per position as stored (or as read from a cos/sin cache).
+
+    Returns
+    -------
+    PaddedTable or None
+        The rotating prefix and the width, when the zeros are one trailing block of at
+        least one entry after at least one valid entry; else None.
+    """
+    import torch
+
+    w = inv_freq.to(torch.float64)
+    if w.numel() < 2 or not torch.isfinite(w).all():
+        return None
+    zero = w == 0
+    n_zero = int(zero.sum())
+    if n_zero == 0 or n_zero == w.numel():
+        return None
+    k = w.numel() - n_zero
+    if not bool(zero[k:].all()) or garbage_reason(w[:k]) is not None:
+        return None
+    return PaddedTable(k, int(w.numel()))
+
+
+def mixed_layout_residuals(pre, post, theta, scale: float = 1.0) -> dict[str, float]:
+    """Relative residual of the two mixed RoPE layouts against measured post-rotary vectors.
+
+    A port can build cos/sin in one layout and pair elements in the other. Both
+    hypotheses are computed from the reference's pre-rotary vectors and angles:
+
+    * ``"half_table_interleaved_rotation"``: ``cos = cat(c, c)`` (HF's cache layout),
+      applied with the interleaved rotation ``x * cos + rotate_every_two(x) * sin``;
+    * ``"interleaved_table_half_rotation"``: ``cos = repeat_interleave(c, 2)``, applied
+      with ``x * cos + rotate_half(x) * sin``.
+
+    Parameters
+    ----------
+    pre, post : torch.Tensor [shape=(B, H, T, head_dim)]
+        Pre-rotary (reference's, its rotation undone) and the candidate's post-rotary.
+    theta : torch.Tensor [shape=(T, rotary_dim // 2)]
+        The reference's angles, radians.
+    scale : float
+        Attention scaling multiplying cos/sin.
+
+    Returns
+    -------
+    dict of str to float
+        Hypothesis -> ``||hyp - post|| / ||post||`` (the first ``rotary_dim`` dims rotated,
+        the rest passed through).
+    """
+    import torch
+
+    pre, post = pre.to(torch.float64), post.to(torch.float64)
+    r = 2 * theta.shape[-1]
+    c, s = torch.cos(theta) * scale, torch.sin(theta) * scale
+    x = pre[..., :r]
+    half_turn = torch.cat((-x[..., r // 2:], x[..., : r // 2]), dim=-1)
+    pair_turn = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    hyps = {
+        "half_table_interleaved_rotation": x * torch.cat((c, c), -1) + pair_turn * torch.cat((s, s), -1),
+        "interleaved_table_half_rotation": (x * c.repeat_interleave(2, -1)
+                                            + half_turn * s.repeat_interleave(2, -1)),
+    }
+    norm = float(post.norm()) or 1.0
+    out = {}
+    for name, h in hyps.items():
+        full = torch.cat((h, pre[..., r:]), dim=-1)
+        out[name] = float((full - post).norm()) / norm
+    return out
+
+
 # ---------------------------------------------------------------- capture
 
 @dataclass

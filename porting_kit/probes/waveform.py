@@ -339,6 +339,13 @@ class AudioMetrics:
         """The measured figures as a flat dict (fields left ``None`` are omitted)."""
         return {k: v for k, v in vars(self).items() if v is not None}
 
+    def lengths(self) -> dict[str, Any]:
+        """Both sides' lengths (samples) and rates (Hz): what every audio finding's evidence
+        carries (fields left ``None`` are omitted)."""
+        keys = ("reference_samples", "candidate_samples", "reference_sample_rate",
+                "candidate_sample_rate")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
 
 @dataclass
 class NonFinite:
@@ -353,12 +360,47 @@ class NonFinite:
 @dataclass
 class CandidateForm:
     """The candidate as handed over: ``shape`` and ``dtype`` of the raw object, ``peak``
-    max |x|, and whether it is a ``served`` output (the mono 1-D float32 contract applies)."""
+    max |x|, whether it is a ``served`` output (the float32 contract applies) and how many
+    channels the port declares it serves (``served_channels``: 1 = mono 1-D samples,
+    C > 1 = ``(C, samples)``)."""
 
     shape: tuple
     dtype: str
     peak: float
     served: bool
+    served_channels: int = 1
+
+
+@dataclass
+class AxisFit:
+    """A multi-channel candidate whose channel and sample axes were confused.
+
+    ``layout``: ``"transposed"`` (served ``(samples, channels)``, i.e. ``x.T``) or
+    ``"reshaped"`` (a ``(samples, channels)`` array read as ``(channels, samples)`` with
+    ``reshape(C, -1)``: each row holds interleaved samples). SNRs in dB of the hypothesis
+    and of the candidate as given; ``channels`` C; shapes as handed over.
+    """
+
+    layout: str
+    channels: int
+    reference_shape: tuple
+    candidate_shape: tuple
+    hypothesis_snr_db: float
+    given_snr_db: float
+
+
+@dataclass
+class MonoForStereo:
+    """The port declares ``served_channels`` C > 1 but serves one channel.
+
+    ``matches``: what the mono samples are (``"mean"``: the channel mean, ``"channel_k"``:
+    one channel, ``""``: neither fits at ``HYPOTHESIS_SNR_DB``), with its SNR in dB.
+    """
+
+    served_channels: int
+    reference_channels: int
+    matches: str
+    snr_db: float
 
 
 @dataclass
@@ -467,7 +509,7 @@ class WaveformComparison:
     nonfinite : list of NonFinite
         NaN/Inf samples per side (when any, nothing else is measured).
     form : CandidateForm or None
-    sample_rate_fit, layout, channel_counts, drift, offset, length
+    sample_rate_fit, layout, axis, mono_for_stereo, channel_counts, drift, offset, length
         The hypotheses that fit, in the order tried (``None``: does not apply).
     """
 
@@ -481,6 +523,8 @@ class WaveformComparison:
     form: CandidateForm | None = None
     sample_rate_fit: SampleRateFit | None = None
     layout: LayoutFit | None = None
+    axis: AxisFit | None = None
+    mono_for_stereo: MonoForStereo | None = None
     channel_counts: ChannelCounts | None = None
     drift: DriftFit | None = None
     offset: OffsetFit | None = None
@@ -489,7 +533,7 @@ class WaveformComparison:
     def structural(self) -> list[str]:
         """Names of the structural hypotheses that fit (sample rate, channel layout, drift,
         offset, length): what explains the difference other than the samples' values."""
-        names = ("sample_rate_fit", "layout", "drift", "offset", "length")
+        names = ("sample_rate_fit", "layout", "axis", "mono_for_stereo", "drift", "offset", "length")
         return [n for n in names if getattr(self, n) is not None]
 
 
@@ -498,7 +542,7 @@ class WaveformComparison:
 
 def analyse_waveforms(reference: Any, candidate: Any, sr_ref: int, sr_cand: int, *,
                       hop_length: int | None = None, frames: int | None = None,
-                      served: bool = False) -> WaveformComparison:
+                      served: bool = False, served_channels: int = 1) -> WaveformComparison:
     """Measure how a candidate waveform differs from the reference, hypothesis by hypothesis.
 
     Parameters
@@ -515,8 +559,14 @@ def analyse_waveforms(reference: Any, candidate: Any, sr_ref: int, sr_cand: int,
         ``frames * hop_length - d``).
     served : bool
         The candidate is a served output: its raw shape and dtype are recorded
-        for the mono 1-D float32 contract, and a multi-channel candidate is
-        compared through its channel mean (the mono mixdown).
+        for the served contract, and (``served_channels`` 1) a multi-channel
+        candidate is compared through its channel mean (the mono mixdown).
+    served_channels : int, default 1
+        Channels the port declares it serves (served outputs and files alike): 1 = mono
+        (for a served output: 1-D samples); C > 1 = a
+        ``(C, samples)`` waveform compared channel by channel with a C-channel
+        reference (after the axis hypotheses: ``x.T`` served, ``(samples, C)`` read
+        with ``reshape(C, -1)``); a mono candidate then is a :class:`MonoForStereo`.
 
     Returns
     -------
@@ -548,6 +598,8 @@ def analyse_waveforms(reference: Any, candidate: Any, sr_ref: int, sr_cand: int,
     except ValueError:
         cmp.unusable_shape = tuple(np.shape(candidate))
         return cmp
+    if served_channels > 1:
+        cand = _undo_axis(ref, cand, cmp)
     _record_sizes(cmp.metrics, ref, cand, sr_ref, sr_cand, hop_length, frames)
 
     # 1. finite samples (both sides); the served form.
@@ -559,9 +611,13 @@ def analyse_waveforms(reference: Any, candidate: Any, sr_ref: int, sr_cand: int,
         return cmp  # values cannot be compared
     peak = float(np.max(np.abs(cand))) if cand.size else 0.0
     cmp.metrics.candidate_peak = peak
-    cmp.form = CandidateForm(tuple(np.shape(raw_cand)), dtype_name(raw_cand), peak, bool(served))
-    if served and cand.shape[0] > 1:
+    cmp.form = CandidateForm(tuple(np.shape(raw_cand)), dtype_name(raw_cand), peak, bool(served),
+                             int(served_channels))
+    if served and cand.shape[0] > 1 and served_channels == 1:
         cand = cand.mean(axis=0, keepdims=True)  # compare the mixdown
+    if served_channels > 1 and ref.shape[0] > 1 and cand.shape[0] == 1:
+        cmp.mono_for_stereo = _mono_for_stereo(ref, cand, served_channels)
+        ref = ref.mean(axis=0, keepdims=True)  # what is left to compare: the mixdown
 
     # 2. sample rate.
     if int(sr_ref) != int(sr_cand):
@@ -589,6 +645,38 @@ def analyse_waveforms(reference: Any, candidate: Any, sr_ref: int, sr_cand: int,
     # 5. content.
     _content(cmp, ref, cand, int(sr_ref))
     return _finish(cmp, ref, cand, t0)
+
+
+def _undo_axis(ref: np.ndarray, cand: np.ndarray, cmp: WaveformComparison) -> np.ndarray:
+    """Try the channel-axis hypotheses on a multi-channel reference; the candidate with the
+    fitting one undone (records :class:`AxisFit`), else unchanged."""
+    C, n = ref.shape
+    if C < 2:
+        return cand
+    given = snr_db(ref, cand) if cand.shape == ref.shape else -math.inf
+    hyps = {}
+    if cand.shape == (n, C):
+        hyps["transposed"] = (ref.T, cand.T)
+    if cand.shape == (C, n):
+        hyps["reshaped"] = (np.ascontiguousarray(ref.T).reshape(C, n),
+                            np.ascontiguousarray(cand.reshape(-1).reshape(n, C).T))
+    for layout, (h, undone) in hyps.items():
+        s = snr_db(h, cand)
+        if s >= HYPOTHESIS_SNR_DB and s > given + 6:
+            cmp.axis = AxisFit(layout, C, tuple(ref.shape), tuple(cand.shape), s, given)
+            return undone
+    return cand
+
+
+def _mono_for_stereo(ref: np.ndarray, cand: np.ndarray, served_channels: int) -> MonoForStereo:
+    """What a mono candidate is, against a (C, n) reference that should be served as C channels."""
+    hyps = {"mean": ref.mean(axis=0)} | {f"channel_{c}": ref[c] for c in range(ref.shape[0])}
+    n = min(ref.shape[1], cand.shape[1])
+    scores = {k: snr_db(h[:n], cand[0, :n]) for k, h in hyps.items()}
+    best = max(scores, key=lambda k: scores[k])
+    fits = scores[best] >= HYPOTHESIS_SNR_DB
+    return MonoForStereo(int(served_channels), int(ref.shape[0]), best if fits else "",
+                         float(scores[best]))
 
 
 def _record_sizes(m: AudioMetrics, ref: np.ndarray, cand: np.ndarray, sr_ref: int, sr_cand: int,

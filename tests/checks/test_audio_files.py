@@ -128,3 +128,32 @@ def test_signal_helpers():
     assert estimate_lag(a, b, 200)[0] == 37
     assert snr_db(a, a) == float("inf")
     assert snr_db(a, a + 0.1 * a) == pytest.approx(20.0)
+
+
+def _stereo_tones(sr=16000):
+    t = np.arange(sr // 2) / sr
+    return np.stack([0.5 * np.sin(2 * np.pi * 440 * t), 0.3 * np.sin(2 * np.pi * 660 * t + 0.5)])
+
+
+def test_channels_2_clean_stereo_passes_mono_of_stereo_is_wrong_downmix(tmp_path, capsys):
+    st, sr = _stereo_tones(), 16000
+    ref = _write(tmp_path / "st.wav", st, sr)
+    same = _write(tmp_path / "st_cand.wav", st, sr)
+    mono = _write(tmp_path / "mono.wav", st.mean(0), sr)
+    assert compare_files(ref, same, channels=2).codes("fail") == []
+    assert compare_files(ref, mono).codes("fail") == []  # mono serving: the mean is right
+    rep = compare_files(ref, mono, channels=2)
+    assert rep.codes("fail") == ["channel.wrong_downmix"]
+    ev = rep.by_code("channel.wrong_downmix")[0].evidence
+    assert (ev["served_channels"], ev["mono_matches"], ev["candidate_samples"]) == (2, "mean", 8000)
+    assert main(["audio", ref, mono, "--channels", "2"]) == 1
+    assert main(["audio", ref, same, "--channels", "2"]) == 0
+
+
+def test_channels_2_rows_of_interleaved_samples_is_axis_mismatch(tmp_path):
+    st, sr = _stereo_tones(), 16000
+    ref = _write(tmp_path / "st.wav", st, sr)
+    bad = _write(tmp_path / "bad.wav", np.ascontiguousarray(st.T).reshape(2, -1), sr)
+    rep = compare_files(ref, bad, channels=2)
+    assert rep.codes("fail") == ["channel.axis_mismatch"]
+    assert rep.by_code("channel.axis_mismatch")[0].evidence["layout"] == "reshaped"

@@ -1,0 +1,86 @@
+"""Lint rules for field faults (issue 17, point 8): PK603 resampler on (samples, channels),
+PK702 rope_theta read with a fallback transformers 5 moved."""
+
+import contextlib
+import io
+import textwrap
+
+import pytest
+
+from porting_kit.cli import lint_main as main
+
+CASES = [
+    ("PK603", """
+        import librosa
+        def to_16k(wav):
+            return librosa.resample(wav.T, orig_sr=24000, target_sr=16000)
+        """, """
+        import librosa
+        def to_16k(wav):
+            return librosa.resample(wav, orig_sr=24000, target_sr=16000)
+        """),
+    ("PK603", """
+        import torchaudio
+        def to_16k(audio):
+            return torchaudio.functional.resample(audio.transpose(0, 1), 24000, 16000)
+        """, """
+        import torchaudio
+        def to_16k(audio):
+            return torchaudio.functional.resample(audio.transpose(0, 1), 24000, 16000, dim=0)
+        """),
+    ("PK702", """
+        class Attention:
+            def __init__(self, config):
+                self.base = getattr(config, "rope_theta", 10000.0)
+        """, """
+        class Attention:
+            def __init__(self, config):
+                self.base = config.rope_parameters["rope_theta"]
+        """),
+    ("PK702", """
+        def rope_scaling(config):
+            \"\"\"The scaling parameters.\"\"\"
+            return getattr(config, "rope_scaling", {})
+        """, """
+        def rope_scaling(config):
+            params = config.rope_parameters
+            return params if params.get("rope_type", "default") != "default" else getattr(config, "rope_scaling", {})
+        """),
+]
+
+
+def _lint(tmp_path, source):
+    path = tmp_path / "pkg" / "model.py"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(textwrap.dedent(source).lstrip(), encoding="utf-8")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main([str(path)])
+    return rc, buf.getvalue(), str(path)
+
+
+@pytest.mark.parametrize("code,bad,good", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_bad_line_gives_its_code_at_its_line(tmp_path, code, bad, good):
+    rc, out, path = _lint(tmp_path, bad)
+    assert rc == 1
+    lines = out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}:3:") and f" {code} " in lines[0], out
+    assert "(fix: " in lines[0]
+
+
+@pytest.mark.parametrize("code,bad,good", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_good_line_is_clean(tmp_path, code, bad, good):
+    assert _lint(tmp_path, good)[:2] == (0, "")
+
+
+def test_scipy_resample_and_codes_are_left_alone(tmp_path):
+    rc, out, _ = _lint(tmp_path, """
+        from scipy import signal
+        import librosa
+        def f(wav, codes):
+            a = signal.resample(wav.T, 100)
+            b = librosa.resample(codes.T, orig_sr=1, target_sr=2)
+            c = getattr(cfg, "rope_theta", None)
+            return a, b, c
+        """)
+    assert (rc, out) == (0, "")
