@@ -310,7 +310,7 @@ class GeneratorTTSNoFinishHook(nn.Module):
                     prev = int(torch.multinomial(probs, 1, generator=draw_from))
                     codes.append(prev)
                 stereo, phase = self.codec.decode(torch.tensor(codes, device=dev), phase)
-                chunk = stereo.cpu() if self.fault == "stereo_not_mixed" else _to_mono_1d(stereo)
+                chunk = stereo.cpu() if self.fault == "stereo_not_mixed" else _to_mono_1d(stereo)  # noqa: PK301 - planted stereo_not_mixed fault, one copy per chunk as upstream
                 emitted.append(chunk)
                 out = torch.cat(emitted, dim=-1) if self.fault == "cumulative_output" else chunk
                 yield out, c == n_chunks - 1

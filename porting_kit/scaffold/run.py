@@ -292,7 +292,7 @@ class StandInUpstream:
         import torch
 
         for _ in range(2 + len(text) % 3):
-            yield {"type": "audio", "waveform": torch.randn(64) * 0.1 + float(np.random.rand()) * 0.01}
+            yield {"type": "audio", "waveform": torch.randn(64) * 0.1 + float(np.random.rand()) * 0.01}  # noqa: PK502 - stand-in upstream draws from the global RNG like real upstream code; the skeleton's RNG swap isolates it
         yield {"type": "result", "waveform": torch.zeros(64)}
 
 
