@@ -248,3 +248,95 @@ def check_output_dir(path: Path | str | None, *, what: str = "--out") -> None:
         raise InputError(f"{what} {p}: {parent} is not a directory")
     if not os.access(parent, os.W_OK):
         raise InputError(f"{what} {p}: cannot write in {parent}")
+
+
+class WriteTransaction:
+    """Several file writes that land together or not at all (a scaffold, a notebook copy).
+
+    Each :meth:`write_text` is atomic on its own (:func:`atomic_write_text`); the
+    transaction remembers what each path held before (its bytes, or that it did not
+    exist) and which folders it created. When the ``with`` block ends in an exception —
+    ``KeyboardInterrupt`` (Ctrl-C, SIGINT) included — every write is undone: new files and
+    folders removed, replaced files restored, the ``.bak`` copies made on the way removed.
+    SIGINT is held back while undoing, so a second Ctrl-C cannot leave half a rollback.
+
+    Examples
+    --------
+    >>> with WriteTransaction() as txn:          # doctest: +SKIP
+    ...     txn.write_text(Path("out/a.py"), "x = 1\\n")
+    """
+
+    def __init__(self) -> None:
+        self._before: dict[Path, bytes | None] = {}
+        self._dirs: list[Path] = []
+        self._baks: list[Path] = []
+
+    def __enter__(self) -> WriteTransaction:
+        return self
+
+    def write_text(self, path: Path, text: str, *, backup: bool = False) -> None:
+        """Write ``text`` to ``path`` (UTF-8, atomic), remembering how to undo it.
+
+        Parameters
+        ----------
+        path : Path
+            Destination; missing folders are created (and removed again on rollback).
+        text : str
+            The whole content.
+        backup : bool, default False
+            Keep a ``.bak`` of a replaced file (kept on success, removed on rollback).
+
+        Raises
+        ------
+        InputError
+            Something other than a regular file is at ``path``.
+        OSError
+            The folder cannot be written.
+        """
+        path = Path(path)
+        if path not in self._before:
+            self._before[path] = path.read_bytes() if path.is_file() else None
+        missing = []
+        parent = path.parent
+        while not parent.exists():
+            missing.append(parent)
+            parent = parent.parent
+        self._dirs += reversed(missing)
+        bak = backup_path(path) if backup and path.exists() else None
+        atomic_write_text(path, text, backup=backup)
+        if bak is not None and bak.exists():
+            self._baks.append(bak)
+
+    def rollback(self) -> None:
+        """Undo every write of this transaction (see the class docstring)."""
+        import signal
+
+        old = None
+        try:
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread: SIGINT cannot arrive here anyway
+            pass
+        try:
+            for path, data in self._before.items():
+                try:
+                    if data is None:
+                        path.unlink(missing_ok=True)
+                    else:
+                        atomic_write(path, lambda tmp, data=data: Path(tmp).write_bytes(data))
+                except OSError:
+                    pass
+            for bak in self._baks:
+                bak.unlink(missing_ok=True)
+            for folder in reversed(self._dirs):
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            self.rollback()
+        return False

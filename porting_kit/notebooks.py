@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from porting_kit.errors import InputError
-from porting_kit.fsutil import atomic_write
+from porting_kit.fsutil import WriteTransaction
 from porting_kit.resources import shipped
 
 #: Spec files are named by path; anything else is an embedded example (``tts``, ``tts:variant``).
@@ -93,18 +93,13 @@ def copy_notebooks(dest: str | Path, *, force: bool = False) -> CopyResult:
                                  "nothing was written (use --force to replace it, keeping a .bak)")
             result.backed_up.append(rel)
         todo.append((src, target, target.exists()))
-    for src, target, existed in todo:
-        data = src.read_bytes()
-
-        def write(tmp: str, data: bytes = data) -> None:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-
-        try:
-            atomic_write(target, write, backup=existed)
-        except OSError as exc:
-            raise InputError(f"notebooks: cannot write {target}: {exc.strerror or exc}") from exc
-        result.written.append(str(target.relative_to(dest)))
+    try:
+        with WriteTransaction() as txn:  # Ctrl-C half-way: nothing of this copy is left
+            for src, target, existed in todo:
+                txn.write_text(target, src.read_text(encoding="utf-8"), backup=existed)
+                result.written.append(str(target.relative_to(dest)))
+    except OSError as exc:
+        raise InputError(f"notebooks: cannot write into {dest}: {exc.strerror or exc}") from exc
     return result
 
 

@@ -15,8 +15,9 @@ Targets and shapes (DESIGN.md, "Scaffolds"):
   itself (``models/registry.py`` walks the package), so no registration lines.
 
 The decisions (what to generate, which values, why) are made here; the text is
-in the Jinja2 templates under ``templates/<target>/<shape>/``. Writes go through
-:func:`porting_kit.fsutil.atomic_write_text`; nothing existing is overwritten
+in the Jinja2 templates under ``templates/<target>/<shape>/``. Writes go through one
+:class:`porting_kit.fsutil.WriteTransaction` (each file atomic; an exception or Ctrl-C
+half-way undoes them all); nothing existing is overwritten
 without ``force`` (then a ``.bak`` is kept); output paths cannot leave the
 target directory. A manifest ``.porting-kit/scaffold-<model>.json`` records
 what was generated, for ``porting-kit validate --static``.
@@ -699,7 +700,7 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         tree, existing differing files without ``force``, a path escaping the
         target directory.
     """
-    from porting_kit.fsutil import atomic_write_text
+    from porting_kit.fsutil import WriteTransaction
 
     check_model_type(opts.model_type)
     if (opts.out is None) == (opts.into is None):
@@ -758,16 +759,18 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
     if conflicts and not opts.force:
         raise InputError(f"{len(conflicts)} file(s) already exist with other content, e.g. {conflicts[0]}; "
                          "rerun with --force to replace them (a .bak copy of each is kept)")
-    for f, target in todo:
-        existed = target.exists() and f.kind != "manifest"
-        atomic_write_text(target, f.text, backup=existed)
-        if existed:
-            result.backed_up.append(f.path + ".bak*")
-        if f.kind != "manifest":
-            result.written.append(f.path)
-    for rel, new, _old in edits:
-        atomic_write_text(_safe_target(root, rel), new)
-        result.registrations.append(rel)
+    # One transaction: an exception or Ctrl-C half-way leaves the tree as it was.
+    with WriteTransaction() as txn:
+        for f, target in todo:
+            existed = target.exists() and f.kind != "manifest"
+            txn.write_text(target, f.text, backup=existed)
+            if existed:
+                result.backed_up.append(f.path + ".bak*")
+            if f.kind != "manifest":
+                result.written.append(f.path)
+        for rel, new, _old in edits:
+            txn.write_text(_safe_target(root, rel), new)
+            result.registrations.append(rel)
     result.manifest = manifest_rel
     result.notes += ctx["notes"]
     if facts.auto_map and not opts.trust_remote_code and opts.framework == "vllm-omni":
