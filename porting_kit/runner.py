@@ -16,12 +16,15 @@ from porting_kit.report.findings import Finding, Report, skip
 from porting_kit.spec import Spec, load_spec
 
 #: Family prefix -> module under porting_kit.checks, in run order (static config first,
-#: then parity, the diagnoses that explain its divergence, audio, then the engine contract).
+#: then parity, the diagnoses that explain its divergence, decode steps and sampling, audio,
+#: then the engine contract).
 FAMILIES: dict[str, str] = {
     "config": "config",
     "parity": "parity",
     "rope": "rope",
     "norm": "norm",
+    "decode": "decode",
+    "sampling": "sampling",
     "hop": "hop",
     "channel": "channel",
     "dtype": "dtype",
