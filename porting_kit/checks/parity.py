@@ -3,7 +3,11 @@
 Codes: ``parity.first_divergence`` (the first aligned module pair beyond
 tolerance, both module names), ``parity.nan_origin`` (the first module whose
 output has NaN/Inf while its input had none), ``parity.unmapped_weights``
-(reference tensors not loaded / candidate parameters never set), ``parity.ok``.
+(reference tensors not loaded / candidate parameters never set),
+``parity.weight_map_inconsistent`` (a repeated block whose parameters hold other
+reference tensors than the same parameters of its sibling blocks of the same class,
+e.g. layer 1's ``wk`` holding ``v_proj``: both tensors named;
+:func:`porting_kit.probes.align.weight_map_outliers`), ``parity.ok``.
 How the first divergence is located: :mod:`porting_kit.probes.layers`.
 """
 
@@ -45,7 +49,8 @@ def run(ctx: CheckContext) -> list[Finding]:
     common = _common_evidence(res)
     ctx.extras["alignment"] = alignment_table(res)
     ctx.extras["parity"] = res
-    findings = [*_unmapped_weights(res.pair.weights), *_nan_origins(res)]
+    findings = [*_unmapped_weights(res.pair.weights), *_weight_map_inconsistent(res),
+                *_nan_origins(res)]
     divergence, ctx.first_divergence = _first_divergence(res, common)
     findings += divergence
     if not findings:
@@ -91,6 +96,34 @@ def _unmapped_weights(w) -> list[Finding]:
                     candidate=w.unset_candidate[0].rsplit(".", 1)[0] if w.unset_candidate else None),
         hint="Map these names in the candidate's load_weights (stacked_params_mapping, renames) "
              "or the spec's convert_weights; a parameter never set keeps its random init.")]
+
+
+def _weight_map_inconsistent(res: ParityResult) -> list[Finding]:
+    """``parity.weight_map_inconsistent``: one finding per block that maps unlike its siblings."""
+    from porting_kit.probes.align import weight_map_outliers
+
+    by_block: dict[str, list] = {}
+    for o in weight_map_outliers(res.pair.weights.weight_map, res.pair.candidate):
+        by_block.setdefault(o.block, []).append(o)
+    findings = []
+    for block, outs in by_block.items():
+        first = outs[0]
+        pairs = "; ".join(f"{o.candidate_tensor} holds {o.reference_tensor} (siblings: {o.expected_reference})"
+                          for o in outs)
+        findings.append(Finding(
+            "parity", "parity.weight_map_inconsistent", "fail",
+            f"Block {block} ({first.block_type}) is loaded unlike its {first.siblings} sibling block(s): "
+            f"{pairs}.",
+            evidence={"block": block, "block_type": first.block_type,
+                      "candidate_tensor": first.candidate_tensor, "reference_tensor": first.reference_tensor,
+                      "expected_reference_tensor": first.expected_reference,
+                      "inconsistent_tensors": len(outs), "mappings": pairs,
+                      "sibling_blocks": first.siblings, "blocks": first.blocks},
+            where=Where(reference=first.reference_tensor.rsplit(".", 1)[0],
+                        candidate=first.candidate_tensor.rsplit(".", 1)[0]),
+            hint="Fix the conversion's name map for this block (a rename table or an index "
+                 "off by one); every block of one class must map its parameters the same way."))
+    return findings
 
 
 def _nan_origins(res: ParityResult) -> list[Finding]:
