@@ -156,7 +156,10 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
         msg = (f"First divergence: reference {display_name(fd.pair.reference.key)} ~ candidate "
                f"{display_name(fd.pair.candidate.key)}: " + (describe_mismatch(m) if m is not None else
                                                           f"estimated ||a-b||/||b|| = {fd.rel_err:.3g}") + ".")
-        if inside:
+        if m is not None and m.within_tolerance:
+            msg += (" Its output is still within tolerance, but the error its own code adds is the one "
+                    "a later module (a norm rescaling it) carries past the tolerance.")
+        elif inside:
             msg += (f" Its child {display_name(ff.pair.reference.key)} ~ {display_name(ff.pair.candidate.key)} is "
                     "the first output to differ but its input already differed: the fault is in "
                     f"{display_name(fd.pair.reference.key)}'s own code.")
