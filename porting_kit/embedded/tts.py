@@ -394,3 +394,26 @@ def stream_context_frames():
 def codec_candidate():
     """The port's codec module (its parameters must be float32)."""
     return _audio()[2]
+
+
+# Sampling names (the ``sampling`` family): the port's sampler, tts_sampling.py, with its
+# planted faults as ``sampling_*`` variants; the reference is transformers' processors.
+from porting_kit.embedded import tts_sampling as _tts_sampling  # noqa: E402
+
+VARIANTS.update(_tts_sampling.SAMPLING_VARIANTS)
+sampling_vocab_size = _tts_sampling.VOCAB
+
+
+def sampling_params() -> list[dict]:
+    """Sampling parameter sets (``GenerationConfig`` keys; a list holds one value per codebook)."""
+    return _tts_sampling.sampling_params()
+
+
+def candidate_logits_processor(logits, input_ids, params):
+    """The port's processed logits, (batch, n_codebooks, vocab) -> same shape."""
+    return _tts_sampling.process(logits, input_ids, params, _tts_sampling.faults_for(VARIANT))
+
+
+def candidate_sampler(logits, input_ids, params, generator):
+    """The port's draw: token ids (batch, n_codebooks) from the request's ``generator``."""
+    return _tts_sampling.sample(logits, input_ids, params, generator, _tts_sampling.faults_for(VARIANT))
