@@ -124,4 +124,5 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     report.timing["total"] = time.perf_counter() - t_all
     report.first_divergence = ctx.first_divergence
     report.extras = ctx.extras
+    report.alignment = ctx.extras.get("alignment_report")
     return report

@@ -100,14 +100,15 @@ def run(ctx: CheckContext) -> list[Finding]:
     InputError
         As :func:`get_trace`.
     """
-    from porting_kit.probes.decode import cache_hypotheses, locate_step, position_hypotheses
+    from porting_kit.probes.decode import locate_step
 
     trace = get_trace(ctx)
     if isinstance(trace, str):
         return [skip(PREFIX, trace)]
     ctx.extras["decode"] = {"steps": [m.step for m in trace.steps],
                             "rel_err": [m.rel_err for m in trace.steps],
-                            "max_abs": [m.max_abs for m in trace.steps]}
+                            "max_abs": [m.max_abs for m in trace.steps],
+                            "layers": trace.layers, "layer_rel_err": trace.layer_rel_err}
     bad = trace.first_bad
     worst = max(trace.steps, key=lambda m: m.rel_err)
     if bad is None:

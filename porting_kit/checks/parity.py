@@ -26,8 +26,9 @@ def run(ctx: CheckContext) -> list[Finding]:
     Parameters
     ----------
     ctx : CheckContext
-        Sets ``ctx.first_divergence`` (the report's record) and ``ctx.extras["alignment"]``
-        / ``ctx.extras["parity"]`` for the notebooks.
+        Sets ``ctx.first_divergence`` (the report's record), ``ctx.extras["alignment"]``
+        / ``ctx.extras["parity"]`` for the notebooks and ``ctx.extras["alignment_report"]``
+        (the JSON report's ``"alignment"``: pairs and the unaligned modules of each side).
 
     Returns
     -------
@@ -48,6 +49,10 @@ def run(ctx: CheckContext) -> list[Finding]:
     res = get_result(ctx)
     common = _common_evidence(res)
     ctx.extras["alignment"] = alignment_table(res)
+    ctx.extras["alignment_report"] = {
+        "pairs": ctx.extras["alignment"],
+        "unaligned_reference": [display_name(r.key) for r in res.alignment.unaligned_reference],
+        "unaligned_candidate": [display_name(c.key) for c in res.alignment.unaligned_candidate]}
     ctx.extras["parity"] = res
     findings = [*_unmapped_weights(res.pair.weights), *_weight_map_inconsistent(res),
                 *_nan_origins(res)]

@@ -93,6 +93,11 @@ class DecodeTrace:
     reference_mode, candidate_mode : str
         ``"past_key_values"`` (the tool drives a transformers cache) or ``"spec_step"``.
     tolerance : Tolerance
+    layers : list of str
+        Reference names of the aligned repeated blocks (decoder layers), in call order.
+    layer_rel_err : list of list of float
+        ``[step][layer]``: estimated ``||a-b||/||b||`` of each layer's output at each step
+        (64-number sketches, :mod:`porting_kit.probes.capture`): the (step x layer) picture.
     """
 
     prompt_len: int
@@ -101,6 +106,8 @@ class DecodeTrace:
     reference_mode: str
     candidate_mode: str
     tolerance: Tolerance
+    layers: list[str] = field(default_factory=list)
+    layer_rel_err: list[list[float]] = field(default_factory=list)
 
     @property
     def first_bad(self) -> StepMetric | None:
@@ -268,8 +275,9 @@ def run_decode(spec, pair, steps: int, tol: Tolerance, progress=lambda text: Non
     if prompt is None:
         raise InputError(f"{spec.name}: decode parity needs inputs()['input_ids'] of shape (batch, T)")
     ref, cand = _drivers(spec, pair)
+    layers = _Layers(pair)
     out = []
-    lr, lc = ref.step(prompt, 0), cand.step(prompt, 0)
+    lr, lc = layers.step(ref, cand, prompt, 0)
     out.append(_metric(0, 0, -1, lr, lc, tol))
     fed: list[list[int]] = []
     pos = prompt.shape[1]
@@ -278,11 +286,59 @@ def run_decode(spec, pair, steps: int, tol: Tolerance, progress=lambda text: Non
             progress(f"decode: step {s}/{steps}")
         tok = lr.argmax(-1, keepdim=True)  # (batch, 1): the reference's greedy choice
         fed.append(tok[:, 0].tolist())
-        lr, lc = ref.step(tok, pos), cand.step(tok, pos)
+        lr, lc = layers.step(ref, cand, tok, pos)
         out.append(_metric(s, pos, fed[-1][0], lr, lc, tol))
         pos += 1
     return DecodeTrace(prompt_len=int(prompt.shape[1]), tokens=fed, steps=out,
-                       reference_mode=ref.mode, candidate_mode=cand.mode, tolerance=tol)
+                       reference_mode=ref.mode, candidate_mode=cand.mode, tolerance=tol,
+                       layers=layers.names, layer_rel_err=layers.rel_err)
+
+
+class _Layers:
+    """Sketches of each repeated block's output at every step, for the (step x layer) picture.
+
+    One hook per block (:func:`porting_kit.probes.capture.coarse_names`); the blocks are
+    paired through the weight map once, on the prefill's records.
+    """
+
+    def __init__(self, pair) -> None:
+        from porting_kit.probes.capture import coarse_names
+
+        self.pair = pair
+        self.only_r, self.only_c = coarse_names(pair.reference), coarse_names(pair.candidate)
+        self.keys: list[tuple[str, str]] | None = None
+        self.names: list[str] = []
+        self.rel_err: list[list[float]] = []
+
+    def step(self, ref, cand, tokens, start_pos: int):
+        """Both sides' step with block sketches; returns both last logits."""
+        import re
+
+        from porting_kit.probes.align import align
+        from porting_kit.probes.capture import capture_summaries, estimate_rel_err
+
+        if self.only_r is None or self.only_c is None:
+            return ref.step(tokens, start_pos), cand.step(tokens, start_pos)
+        rrec, crec = [], []
+        with capture_summaries(self.pair.reference, rrec, only=self.only_r):
+            lr = ref.step(tokens, start_pos)
+        with capture_summaries(self.pair.candidate, crec, only=self.only_c,
+                               output_permutation=self.pair.weights.output_permutation):
+            lc = cand.step(tokens, start_pos)
+        if self.keys is None:
+            al = align(rrec, crec, weight_map=self.pair.weights.weight_map)
+            self.keys = [(p.reference.key, p.candidate.key) for p in al.pairs
+                         if p.comparable and re.search(r"\.\d+$", p.reference.key)]
+            self.names = [k for k, _ in self.keys]
+        rby, cby = {r.key: r for r in rrec}, {c.key: c for c in crec}
+        row = []
+        for rk, ck in self.keys:
+            r, c = rby.get(rk), cby.get(ck)
+            ok = r is not None and c is not None and r.out is not None and c.out is not None \
+                and r.out.shape == c.out.shape
+            row.append(float(estimate_rel_err(r.out, c.out)) if ok else float("nan"))
+        self.rel_err.append(row)
+        return lr, lc
 
 
 def _metric(step: int, start_pos: int, token: int, lr, lc, tol: Tolerance) -> StepMetric:
