@@ -188,7 +188,7 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
                  "metric": metric,
                  "order": next((i for i, p in enumerate(res.alignment.pairs)
                                 if p.reference.key == fd.pair.reference.key), -1)}
-    elif res.output_metric is not None and not res.output_metric.within_tolerance:
+    elif res.output_metric is not None and not res.output_metric.within_tolerance and not res.output_allowed:
         m = res.output_metric
         found.append(Finding(
             "parity", "parity.first_divergence", "fail",
@@ -199,7 +199,7 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
             hint="Add module_map pairs for the unaligned modules listed in the evidence."))
         first = {"reference_module": "<output>", "candidate_module": "<output>",
                  "metric": m.evidence(), "order": len(res.alignment.pairs)}
-    elif res.output_metric is None:
+    elif res.output_metric is None and not res.output_allowed:
         found.append(Finding(
             "parity", "parity.first_divergence", "fail",
             "The reference and candidate outputs have different shapes and no aligned module differs.",

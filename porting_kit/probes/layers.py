@@ -21,6 +21,7 @@ that pair, and the finding reports ``assert_close``-style figures.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,10 @@ class PairStat:
     input_flagged : bool, default False
         The full-tensor inputs differ beyond tolerance; known only for the pair that was
         located (full re-run).
+    tolerance : Tolerance or None
+        This pair's tolerance (the spec's ``module_tolerances`` applied); ``None``: the dtype's.
+    allowed : bool, default False
+        The pair matches the spec's ``allow_divergence``: never flagged nor located.
     """
 
     pair: AlignedPair
@@ -69,6 +74,8 @@ class PairStat:
     abs_err: float
     flagged: bool
     input_flagged: bool = False
+    tolerance: Tolerance | None = None
+    allowed: bool = False
 
 
 @dataclass
@@ -94,6 +101,9 @@ class ParityResult:
     tolerance : Tolerance
     timing : dict
         Seconds: ``forward_reference``, ``forward_candidate``, ``compare``, ``locate``.
+    output_allowed : bool
+        The spec's ``allow_divergence`` matches the root (``<root>``): an output mismatch is no
+        finding.
     """
 
     pair: LoadedPair
@@ -108,6 +118,7 @@ class ParityResult:
     reference_records: list[Record] = field(repr=False, default_factory=list)
     candidate_records: list[Record] = field(repr=False, default_factory=list)
     timing: dict = field(default_factory=dict)
+    output_allowed: bool = False
 
 
 def _run(spec, side: str, model, inputs):
@@ -143,13 +154,90 @@ def _sync(t) -> None:
         torch.cuda.synchronize(t.device)
 
 
-def _screen(p: AlignedPair, tol: Tolerance) -> PairStat:
+@dataclass
+class ModuleRules:
+    """The spec's per-module overrides: ``module_tolerances`` and ``allow_divergence``.
+
+    Attributes
+    ----------
+    tolerances : list of (str, dict)
+        ``(glob, {"atol": float, "rtol": float, "rel": float})`` in the spec's order; the
+        first glob matching a pair's reference or candidate module name wins; keys left out
+        keep the dtype's value.
+    allowed : list of str
+        Globs of modules allowed to differ: such pairs are compared and listed, never flagged
+        nor located (modules after them are still compared).
+    """
+
+    tolerances: list[tuple[str, dict]] = field(default_factory=list)
+    allowed: list[str] = field(default_factory=list)
+
+    def _matches(self, pat: str, p: AlignedPair) -> bool:
+        import fnmatch
+
+        return any(fnmatch.fnmatchcase(display_name(n), pat) for n in (p.reference.key, p.candidate.key))
+
+    def tolerance(self, p: AlignedPair, tol: Tolerance) -> Tolerance:
+        """``tol`` with the first matching ``module_tolerances`` entry applied."""
+        for pat, over in self.tolerances:
+            if self._matches(pat, p):
+                return Tolerance(tol.dtype, rtol=over.get("rtol", tol.rtol), atol=over.get("atol", tol.atol),
+                                 rel=over.get("rel", tol.rel))
+        return tol
+
+    def is_allowed(self, p: AlignedPair) -> bool:
+        """True when a glob of ``allow_divergence`` matches either module name."""
+        return any(self._matches(pat, p) for pat in self.allowed)
+
+
+def module_rules(spec) -> ModuleRules:
+    """The spec's ``module_tolerances`` / ``allow_divergence``, checked.
+
+    Parameters
+    ----------
+    spec : porting_kit.spec.Spec
+        ``module_tolerances``: ``{glob: {"atol": x, "rtol": y}}`` (``"rel"`` also accepted, the
+        bf16/fp16 tensor-level bound); ``allow_divergence``: a list of globs. Globs match
+        module names (``fnmatch``: ``model.layers.*.mlp``, ``<root>`` for the model itself).
+
+    Returns
+    -------
+    ModuleRules
+
+    Raises
+    ------
+    InputError
+        Not a dict of dicts of non-negative numbers with keys among atol / rtol / rel, or not a
+        list of strings (exit 2).
+    """
+    mt = spec.get("module_tolerances") or {}
+    ad = spec.get("allow_divergence") or []
+    if not isinstance(mt, dict):
+        raise InputError(f"{spec.name}: module_tolerances must be a dict {{glob: {{'atol': .., 'rtol': ..}}}}")
+    rules = ModuleRules()
+    for pat, over in mt.items():
+        if not isinstance(pat, str) or not isinstance(over, dict) or not over or \
+                set(over) - {"atol", "rtol", "rel"} or \
+                not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in over.values()):
+            raise InputError(f"{spec.name}: module_tolerances[{pat!r}] must be a dict of non-negative numbers "
+                             f"with keys atol, rtol, rel; got {over!r}")
+        rules.tolerances.append((pat, {k: float(v) for k, v in over.items()}))
+    if isinstance(ad, str) or not isinstance(ad, (list, tuple)) or not all(isinstance(x, str) for x in ad):
+        raise InputError(f"{spec.name}: allow_divergence must be a list of module-name globs, got {ad!r}")
+    rules.allowed = list(ad)
+    return rules
+
+
+def _screen(p: AlignedPair, tol: Tolerance, rules: ModuleRules | None = None) -> PairStat:
     r, c = p.reference.out, p.candidate.out
     rel = estimate_rel_err(r, c)
     ab = estimate_abs_err(r, c)
     nonfinite = bool(r.nonfinite or c.nonfinite)
-    flagged = nonfinite or ab > tol.tensor_bound(r.numel, r.norm)
-    return PairStat(p, rel, ab, flagged)
+    rules = rules or ModuleRules()
+    own = rules.tolerance(p, tol)
+    allowed = rules.is_allowed(p)
+    flagged = not allowed and (nonfinite or ab > own.tensor_bound(r.numel, r.norm))
+    return PairStat(p, rel, ab, flagged, tolerance=own, allowed=allowed)
 
 
 def _is_ancestor(a: str, b: str) -> bool:
@@ -201,18 +289,22 @@ def _needs_confirmation(first: PairStat | None, stats: list[PairStat], output_me
                         tol: Tolerance) -> bool:
     """Whether the sketches may have missed the real location, so full tensors per block must decide.
 
-    True when the location is the root while aligned pairs below it exist (the root's own
+    True when the location is the root, or a module enclosing aligned repeated blocks
+    (decoder layers), while aligned pairs below it exist (the root's own
     code is rarely the fault: a small error spread over the blocks reaches the screen only
     after the final norm), when the output differs but no pair was located, or, for the
     elementwise tolerances (float32 / float64), when nothing was located but some pair's
     estimated relative error exceeds ``rtol`` (clean float32 pairs stay well below it; an
     ``assert_close`` failure can hide under the norm bound the sketches are screened with).
     """
-    below = [s for s in stats if s.pair.reference.name != ""]
+    below = [s for s in stats if s.pair.reference.name != "" and not s.allowed]
     if not below:
         return False
     if first is not None:
-        return first.pair.reference.name == ""
+        # the root, or a wrapper above the layer stack (``model`` inside ``LlamaForCausalLM``)
+        loc = first.pair.reference.name
+        return loc == "" or any(_is_ancestor(loc, s.pair.reference.name)
+                                and re.search(r"\.\d+$", s.pair.reference.name) for s in below)
     if output_metric is not None and not output_metric.within_tolerance:
         return True
     return tol.elementwise and any(s.rel_err > tol.rtol for s in below)
@@ -232,7 +324,7 @@ def _pair_metrics(pair: LoadedPair, got_r: dict, got_c: dict, st: PairStat, whic
             import torch
 
             c = c[..., torch.argsort(perm.to(c.device))]  # back to the reference's order
-    return tensor_metrics(r, c, tol)
+    return tensor_metrics(r, c, st.tolerance or tol)
 
 
 def _confirm(spec, pair: LoadedPair, stats: list[PairStat], tol: Tolerance,
@@ -248,7 +340,7 @@ def _confirm(spec, pair: LoadedPair, stats: list[PairStat], tol: Tolerance,
     metrics)``, or ``None`` when every pair below the root passes (or the first failing
     one's input already differed at the top level: the root's own code is then at fault).
     """
-    group = [s for s in stats if s.pair.reference.name != ""]
+    group = [s for s in stats if s.pair.reference.name != "" and not s.allowed]
     got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in group},
                          {s.pair.candidate.key for s in group})
     failing = [s for s in group if (m := _pair_metrics(pair, got_r, got_c, s, 1, tol)) is not None
@@ -262,7 +354,8 @@ def _confirm(spec, pair: LoadedPair, stats: list[PairStat], tol: Tolerance,
         got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in group},
                              {s.pair.candidate.key for s in group})
         outs = {id(s): _pair_metrics(pair, got_r, got_c, s, 1, tol) for s in group}
-        failing = [s for s in inner + [top] if outs[id(s)] is not None and not outs[id(s)].within_tolerance]
+        failing = [s for s in inner + [top] if not s.allowed and outs[id(s)] is not None
+                   and not outs[id(s)].within_tolerance]
         failing.sort(key=lambda s: s.pair.reference.end if s is not top else 10**12)
     else:
         outs = {id(s): _pair_metrics(pair, got_r, got_c, s, 1, tol) for s in failing}
@@ -324,7 +417,7 @@ def _creation_point(spec, pair: LoadedPair, stats: list[PairStat], failing: Pair
     rescales past ``atol`` (a softmax scale off by 0.03 %) is placed in that block, then
     inside it in the first module that makes the block's error (its attention).
     """
-    earlier = [s for s in stats[:stats.index(failing)] if s.pair.reference.name
+    earlier = [s for s in stats[:stats.index(failing)] if s.pair.reference.name and not s.allowed
                and not _is_ancestor(s.pair.reference.name, failing.pair.reference.name)]
     got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in earlier},
                          {s.pair.candidate.key for s in earlier})
@@ -340,6 +433,8 @@ def _creation_point(spec, pair: LoadedPair, stats: list[PairStat], failing: Pair
         got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in inner},
                              {s.pair.candidate.key for s in inner})
         for s in inner:
+            if s.allowed:
+                continue
             m_i = _pair_metrics(pair, got_r, got_c, s, 1, tol)
             if _makes_error(_pair_metrics(pair, got_r, got_c, s, 0, tol), m_i, m_made.rel_err):
                 made, m_made = s, m_i
@@ -411,9 +506,14 @@ def get_result(ctx) -> ParityResult:
     t0 = time.perf_counter()
     module_map = spec.get("module_map")
     alignment = align(rrec, crec, module_map=module_map, weight_map=pair.weights.weight_map)
-    stats = [_screen(p, tol) for p in alignment.pairs if p.comparable]
+    rules = module_rules(spec)
+    stats = [_screen(p, tol, rules) for p in alignment.pairs if p.comparable]
+    # the output takes the root pair's rules (a glob matching <root> loosens or allows it)
+    root = next((st for st in stats if st.pair.reference.name == ""), None)
+    out_tol = root.tolerance if root is not None and root.tolerance is not None else tol
+    output_allowed = bool(root is not None and root.allowed)
     if tuple(out_r.shape) == tuple(out_c.shape):
-        output_metric = quick_metrics(out_r, out_c, tol) or tensor_metrics(out_r, out_c, tol)
+        output_metric = quick_metrics(out_r, out_c, out_tol) or tensor_metrics(out_r, out_c, out_tol)
     else:
         output_metric = None
     timing["compare"] = time.perf_counter() - t0
@@ -436,7 +536,7 @@ def get_result(ctx) -> ParityResult:
                  output_permutation=pair.weights.output_permutation, only=sub_c)
         fine["reference"], fine["candidate"] = fine_r, fine_c
         fine_al = align(fine_r, fine_c, module_map=module_map, weight_map=pair.weights.weight_map)
-        scope = [_screen(p, tol) for p in fine_al.pairs if p.comparable]
+        scope = [_screen(p, tol, rules) for p in fine_al.pairs if p.comparable]
         known = {st.pair.reference.key for st in stats}
         # the block's insides go in just before the block (they complete before it)
         inner = [st for st in scope if st.pair.reference.key not in known]
@@ -470,7 +570,7 @@ def get_result(ctx) -> ParityResult:
             break
         # a false alarm of the sketch screen: drop this block and what it located
         pending = [s for s in pending if s is not block and s is not loc and s is not cand_first]
-    if _needs_confirmation(first, stats, output_metric, tol):
+    if _needs_confirmation(first, stats, None if output_allowed else output_metric, tol):
         ctx.progress("parity: confirming with full tensors per block")
         confirmed = _confirm(spec, pair, stats, tol, refine)
         if confirmed is not None:
@@ -485,7 +585,8 @@ def get_result(ctx) -> ParityResult:
     result = ParityResult(pair=pair, alignment=alignment, stats=stats, first_divergence=first,
                           first_flagged=first_flagged, divergence_metric=metric,
                           output_metric=output_metric, nan_origin=nan_origin, tolerance=tol,
-                          reference_records=rrec, candidate_records=crec, timing=timing)
+                          reference_records=rrec, candidate_records=crec, timing=timing,
+                          output_allowed=output_allowed)
     ctx.state["parity"] = result
     return result
 
