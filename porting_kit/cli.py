@@ -78,9 +78,10 @@ def _progress(description: str, total: int | None = None,
     ``total`` is given, a spinner otherwise); ``finished=True`` removes the line
     before the block ends (so that what the block prints next is not mixed with
     it). When stderr is not a terminal (pre-commit, CI, a pipe) nothing is
-    shown and Rich's progress module is not even imported, unless ``plain_lines``:
-    then each new description is one plain line on stderr (``porting-kit: ...``), so
-    long work shows in logs and notebooks too.
+    shown and Rich's progress module is not even imported, unless ``plain_lines``
+    (``check --progress``): then each new description is one plain line on stderr
+    (``porting-kit: ...``), so long work shows in logs and notebooks too. (Not by default:
+    an input error must stay the one line on stderr.)
     """
     if not err_console.is_terminal:
         def plain(text: str | None = None, done: int | None = None, finished: bool = False) -> None:
@@ -149,6 +150,9 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
                                                 "step x layer, RoPE error vs position."),
           device: str = typer.Option("cpu", "--device", help="Torch device: cpu, cuda, cuda:1."),
           dtype: str | None = typer.Option(None, "--dtype", help="Serving dtype: float32, bfloat16, float16."),
+          progress: bool = typer.Option(False, "--progress",
+                                        help="Print each stage as a plain line on stderr even when it is "
+                                             "not a terminal (logs, CI, notebooks)."),
           debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
     """Compare the candidate port against the HF reference and name the fault."""
     _DEBUG["on"] = _DEBUG["on"] or debug
@@ -161,7 +165,7 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
         check_output_path(json_path, inputs=[spec])
         if plot is not None and plot.exists() and not plot.is_dir():
             raise InputError(f"--plot {plot}: not a directory")
-        with _progress("loading spec", plain_lines=True) as update:
+        with _progress("loading spec", plain_lines=progress) as update:
             report = run_check(str(spec) if spec else None, example=example, variant=variant,
                                only=only, device=device, dtype=dtype,
                                progress=lambda text: update(f"check: {text}"))

@@ -34,6 +34,13 @@ FAMILIES: dict[str, str] = {
 }
 
 
+def _log_progress(text: str) -> None:
+    """Default progress: one INFO record on the ``porting_kit.progress`` logger."""
+    import logging
+
+    logging.getLogger("porting_kit.progress").info("check: %s", text)
+
+
 def parse_only(only: str | Iterable[str] | None) -> list[str]:
     """``"rope,norm"`` -> ``["rope", "norm"]`` in run order.
 
@@ -85,7 +92,9 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
         Serving dtype (``float32``, ``bfloat16``, ``float16``); default keeps the
         models' dtype. Tolerances follow the dtype.
     progress : callable, optional
-        Called with a short text as each family starts.
+        Called with a short text as each family (and each long stage) starts; by default the
+        text goes to the ``porting_kit.progress`` logger at INFO (``logging.basicConfig(level=
+        logging.INFO)`` shows it in a notebook or a log).
 
     Returns
     -------
@@ -102,8 +111,7 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     if not isinstance(spec, Spec):
         spec = load_spec(spec, example=example, variant=variant)
     families = parse_only(only)
-    ctx = CheckContext(spec=spec, device=device, dtype=dtype,
-                       progress=progress or (lambda text: None))
+    ctx = CheckContext(spec=spec, device=device, dtype=dtype, progress=progress or _log_progress)
     ctx.torch_dtype()  # validate the dtype name before any work
     report = Report(command="check")
     t_all = time.perf_counter()

@@ -57,6 +57,8 @@ VARIANTS = {
     "norm_no_qk_norm": "port has no q_norm/k_norm",
     "fp16_overflow": "reference weights with a massive activation: layer 0's MLP writes 2e5 into "
                      "one hidden channel (float16 max 65504); shows only with --dtype float16",
+    "decode_position": "port's decode steps give the new token position 0 (prefill right)",
+    "decode_kv_stale": "port's one-token step drops the last cached token before attending",
 }
 VARIANT: str | None = None
 
@@ -79,6 +81,8 @@ PORT_OPTIONS: dict[str, dict[str, Any]] = {
     "norm_post": {"norm_placement": "post"},
     "norm_no_qk_norm": {"qk_norm": False},
     "fp16_overflow": {},  # the port is clean: the reference's weights carry the activation
+    "decode_position": {},  # decode-only faults: candidate_step and the port's KV cache
+    "decode_kv_stale": {},
 }
 
 #: Sequence length of the example input (tokens); RoPE faults grow with position.
@@ -221,8 +225,42 @@ def run_candidate(model, inputs):
     import torch
 
     input_ids = inputs["input_ids"]
+    _set_cache(model, None)  # a whole-sequence forward: no decode cache
     positions = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
     return model.compute_logits(model(input_ids, positions))
+
+
+def _set_cache(model, kv) -> None:
+    for layer in model.talker.layers:
+        layer.attn.kv = None if kv is None else dict(kv)
+        layer.attn.kv_drop_last = VARIANT == "decode_kv_stale"
+
+
+def candidate_step(model, tokens, start_pos: int):
+    """One decode step of the port with its own KV cache (the ``decode`` family).
+
+    Parameters
+    ----------
+    model : TinyTTSPort
+    tokens : torch.LongTensor [shape=(batch, n)]
+        The prompt at ``start_pos`` 0 (the cache is reset), then one token a step.
+    start_pos : int
+        Position of ``tokens[:, 0]``.
+
+    Returns
+    -------
+    torch.Tensor [shape=(batch, n, vocab_size)]
+        Logits. ``decode_position``: a one-token step is given position 0.
+    """
+    import torch
+
+    if start_pos == 0:
+        _set_cache(model, {})
+    n = tokens.shape[-1]
+    positions = torch.arange(start_pos, start_pos + n, device=tokens.device).expand_as(tokens)
+    if n == 1 and VARIANT == "decode_position":
+        positions = torch.zeros_like(positions)
+    return model.compute_logits(model(tokens, positions))
 
 
 def _static(constants: dict[str, Any]) -> dict[str, Any]:
