@@ -81,9 +81,9 @@ PORT_OPTIONS: dict[str, dict[str, Any]] = {
     "norm_post": {"norm_placement": "post"},
     "norm_no_qk_norm": {"qk_norm": False},
     "fp16_overflow": {},  # the port is clean: the reference's weights carry the activation
-    "decode_position": {},  # decode-only faults: candidate_step and the port's KV cache
-    "decode_kv_stale": {},
 }
+# decode_position / decode_kv_stale need no PortOptions: candidate_step and the port's KV cache
+# plant them (the whole-sequence forward is the clean one).
 
 #: Sequence length of the example input (tokens); RoPE faults grow with position.
 SEQ_LEN = 64

@@ -61,8 +61,13 @@ def test_decode_only_mlp_fault_is_located_by_step_and_module():
     assert "decode.position_offset" not in by and "decode.kv_cache" not in by
 
 
-def test_spec_without_a_way_to_step_is_skipped():
-    report = run_check(example="tts", only="decode")
+def test_spec_without_a_way_to_step_is_skipped(tmp_path):
+    spec = tmp_path / "nostep.py"
+    spec.write_text("import torch\n"
+                    "def reference():\n    torch.manual_seed(0)\n    return torch.nn.Embedding(8, 4)\n"
+                    "def candidate():\n    return torch.nn.Embedding(8, 4)\n"
+                    "def inputs():\n    return {'input': torch.tensor([[1, 2]])}\n")
+    report = run_check(str(spec), only="decode")
     (f,) = report.findings
     assert f.code == "decode.skipped" and f.status == "skip"
     assert "_step(model, tokens, start_pos)" in f.message
@@ -84,3 +89,18 @@ def test_llama_pair_decode(variant, code):
     assert (fd.where.reference, fd.where.candidate) == ("model.layers.0.self_attn", "layers.0.attention")
     if variant == "decode_position":
         assert by[code].evidence["position"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant,code", [(None, "decode.ok"), ("decode_position", "decode.position_offset"),
+                                          ("decode_kv_stale", "decode.kv_cache")])
+def test_embedded_tts_decode(variant, code):
+    report = run_check(example="tts" if variant is None else f"tts:{variant}", only="decode")
+    by = {f.code: f for f in report.findings}
+    assert code in by
+    if variant is None:
+        assert list(by) == ["decode.ok"] and by[code].evidence["steps"] == 16
+        return
+    fd = by["decode.first_divergence"]
+    assert fd.evidence["step"] == 1 and fd.evidence["start_pos"] == 64
+    assert (fd.where.reference, fd.where.candidate) == ("lm.model.layers.0.self_attn", "talker.layers.0.attn")
