@@ -279,16 +279,21 @@ def run_decode(spec, pair, steps: int, tol: Tolerance, progress=lambda text: Non
     out = []
     lr, lc = layers.step(ref, cand, prompt, 0)
     out.append(_metric(0, 0, -1, lr, lc, tol))
-    fed: list[list[int]] = []
+    toks = []
     pos = prompt.shape[1]
     for s in range(1, steps + 1):
         if s % 4 == 0:
             progress(f"decode: step {s}/{steps}")
-        tok = lr.argmax(-1, keepdim=True)  # (batch, 1): the reference's greedy choice
-        fed.append(tok[:, 0].tolist())
+        tok = lr.argmax(-1, keepdim=True)  # (batch, 1): the reference's greedy choice, on the device
+        toks.append(tok)
         lr, lc = layers.step(ref, cand, tok, pos)
-        out.append(_metric(s, pos, fed[-1][0], lr, lc, tol))
+        out.append(_metric(s, pos, -1, lr, lc, tol))
         pos += 1
+    import torch
+
+    fed: list[list[int]] = torch.cat(toks, dim=1).T.tolist() if toks else []  # one host copy
+    for m, ids in zip(out[1:], fed):
+        m.token = ids[0]
     return DecodeTrace(prompt_len=int(prompt.shape[1]), tokens=fed, steps=out,
                        reference_mode=ref.mode, candidate_mode=cand.mode, tolerance=tol,
                        layers=layers.names, layer_rel_err=layers.rel_err)

@@ -350,7 +350,7 @@ def plot_decode_error_per_step(report, *, ax=None, title: str | None = None):
     """
     import matplotlib.pyplot as plt
 
-    d = report.extras.get("decode") or {}
+    d = report.extras.get("decode", {})
     if ax is None:
         fig, ax = plt.subplots(figsize=(7, 3))
     else:
@@ -382,7 +382,7 @@ def plot_decode_step_by_layer(report, *, ax=None, title: str | None = None):
 
     import matplotlib.pyplot as plt
 
-    d = report.extras.get("decode") or {}
+    d = report.extras.get("decode", {})
     grid = [[math.log10(max(e, 1e-12)) if e == e else float("nan") for e in row]
             for row in d.get("layer_rel_err", [])]
     if ax is None:
@@ -427,12 +427,12 @@ def save_check_plots(report, directory) -> list:
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     jobs = []
-    if report.extras.get("alignment"):
+    if len(report.extras.get("alignment") or []) > 0:
         jobs += [("error_per_layer.png", plot_error_per_layer), ("error_per_module.png", plot_error_per_module)]
-    if report.extras.get("decode"):
+    if report.extras.get("decode") is not None:
         jobs += [("decode_error_per_step.png", plot_decode_error_per_step),
                  ("decode_step_by_layer.png", plot_decode_step_by_layer)]
-    if report.extras.get("rope_error_vs_position"):
+    if len(report.extras.get("rope_error_vs_position") or []) > 0:
         jobs.append(("rope_error_vs_position.png",
                      lambda rep: plot_rope_error_vs_position({"candidate": rep})))
     written = []
