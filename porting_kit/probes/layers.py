@@ -17,6 +17,21 @@ ancestor that is not itself a module (attention math between ``q_proj`` and
 ``o_proj``, a residual add), so that ancestor is the location; otherwise
 ``M`` is. Only then both models run once more, capturing the full tensors of
 that pair, and the finding reports ``assert_close``-style figures.
+
+Confirmation with full tensors (:func:`_confirm`). Sketches estimate norms; an
+elementwise tolerance can fail while every norm is under its bound. So when the
+location would be the root (or a wrapper above the layer stack) while aligned
+pairs below it exist, when the output differs and nothing was located, or (float32
+/ float64) when nothing was located but some pair's estimated relative error
+exceeds ``rtol``, both sides run again capturing every aligned pair below the root
+in full; the first failing one is refined inside its block (fine pass + full
+tensors). When the first failing module's input is within tolerance but carries
+most of its error (a norm rescaling a small upstream error past ``atol``), the
+location is the earlier pair whose own code makes that error: its output's
+relative error is over twice its input's and at least a quarter of the traced one
+(:func:`_creation_point`; a softmax scale off by 0.03 % lands in that layer's
+attention). The spec's ``module_tolerances`` and ``allow_divergence``
+(:func:`module_rules`) apply per pair throughout.
 """
 
 from __future__ import annotations
