@@ -449,7 +449,9 @@ def locate_step(spec, pair, trace: DecodeTrace, step: int, module_map=None) -> S
     step : int
         The first diverging step (0: the prefill itself).
     module_map : optional
-        The spec's ``module_map`` (:func:`porting_kit.probes.align.align`).
+        The spec's ``module_map`` (:func:`porting_kit.probes.align.align`). The spec's
+        ``module_tolerances`` / ``allow_divergence`` apply per pair
+        (:func:`porting_kit.probes.layers.module_rules`).
 
     Returns
     -------
@@ -460,6 +462,9 @@ def locate_step(spec, pair, trace: DecodeTrace, step: int, module_map=None) -> S
 
     from porting_kit.probes.align import align
     from porting_kit.probes.capture import capture_full, capture_summaries
+    from porting_kit.probes.layers import module_rules
+
+    rules = module_rules(spec)
 
     if step == 0:
         ref, cand = _drivers(spec, pair)
@@ -486,7 +491,7 @@ def locate_step(spec, pair, trace: DecodeTrace, step: int, module_map=None) -> S
         perm = perms.get(p.candidate.name) if which == 1 else None
         if perm is not None and perm.numel() == c.shape[-1]:
             c = c[..., torch.argsort(perm.to(c.device))]
-        return tensor_metrics(r, c, trace.tolerance)
+        return tensor_metrics(r, c, rules.tolerance(p, trace.tolerance))
 
     rows, flagged = [], []
     for p in al.pairs:
@@ -495,7 +500,7 @@ def locate_step(spec, pair, trace: DecodeTrace, step: int, module_map=None) -> S
             continue
         rows.append({"reference": p.reference.key or "<root>", "candidate": p.candidate.key or "<root>",
                      "rel_err": float(m.rel_err)})
-        if not m.within_tolerance:
+        if not m.within_tolerance and not rules.is_allowed(p):
             flagged.append((p, m))
     if not flagged:
         return None
