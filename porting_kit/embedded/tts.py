@@ -26,8 +26,16 @@ factor 4 that the port drops). Values chosen so the faults show:
   bfloat16 hold it; float16 (max 65504) overflows to Inf at layer 0's ``down_proj`` on
   both sides (``dtype.fp16_overflow``).
 
+* ``decode_position`` / ``decode_kv_stale`` (family ``decode``): the whole-sequence forward
+  is clean; :func:`candidate_step` gives a one-token step position 0, or the port's KV
+  cache drops its last token before a one-token step attends (``Attention.kv_drop_last``).
+* ``sampling_*`` (family ``sampling``): faults in the port's sampler,
+  :mod:`porting_kit.embedded.tts_sampling`.
+
 Spec names: ``reference``, ``candidate``, ``inputs``, ``run_reference``,
-``run_candidate``, ``reference_config``, ``candidate_config``; models expose
+``run_candidate``, ``reference_config``, ``candidate_config``, ``candidate_step``
+(the reference is stepped through its ``cache`` argument), ``sampling_params``,
+``candidate_logits_processor``, ``candidate_sampler``, ``sampling_vocab_size``; models expose
 their codecs as ``reference.codec`` (transformers ``EncodecModel``) and
 ``candidate.codec`` (:class:`~porting_kit.embedded.tts_port.CodecWrapper`); both
 have ``decode(codes (batch, n_codebooks, frames)) -> waveform (batch, samples)``
