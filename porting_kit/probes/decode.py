@@ -335,6 +335,9 @@ class _Layers:
             self.keys = [(p.reference.key, p.candidate.key) for p in al.pairs
                          if p.comparable and re.search(r"\.\d+$", p.reference.key)]
             self.names = [k for k, _ in self.keys]
+            # later steps hook the paired blocks only
+            self.only_r = {k.split("#")[0] for k, _ in self.keys}
+            self.only_c = {k.split("#")[0] for _, k in self.keys}
         rby, cby = {r.key: r for r in rrec}, {c.key: c for c in crec}
         row = []
         for rk, ck in self.keys:
