@@ -7,7 +7,12 @@ names (``codes``, ``decode_reference``, ``decode_candidate``, ``hop_length`` or
 ``codec_config``, optional ``decode_candidate_stream`` with ``stream_chunk_frames``
 / ``stream_context_frames``, ``codec_candidate``; README "Port spec: audio names",
 :mod:`porting_kit.probes.codec_pair`), ``engine_model``, ``synthesize_candidate`` / ``synthesize_reference``,
-``reference_config`` / ``candidate_config``. A spec that only defines the
+``reference_config`` / ``candidate_config``, the per-module overrides
+``module_tolerances`` / ``allow_divergence`` (:func:`porting_kit.probes.layers.module_rules`),
+the decode names ``decode_steps``, ``candidate_step`` / ``reference_step``
+(:mod:`porting_kit.probes.decode`) and the sampling names ``sampling_params``,
+``candidate_logits_processor``, ``candidate_sampler``, ``sampling_vocab_size``
+(:mod:`porting_kit.checks.sampling`). A spec that only defines the
 generator-style names (``engine_model`` or ``synthesize_candidate``) is valid:
 parity is then reported as ``skip``.
 
