@@ -21,6 +21,22 @@ Variants (faults planted on the candidate side or in its conversion):
   norm's output moves by ~1 %.
 * ``scaling``: candidate ``use_scaled_rope=False``; the reference uses llama3
   rope scaling (factor 8, low/high freq factor 1/4, original context 8192).
+  Below 64 positions the low frequencies move little: every sketch stays under
+  the screening bound, and only full tensors per block place it in layer 0's attention.
+* ``attn_scale``: layer 1's attention scales its scores by ``1/head_dim`` instead of
+  ``1/sqrt(head_dim)``.
+* ``attn_scale_small``: layer 1's softmax scale is off by 0.03 % (``1.0003/sqrt(head_dim)``):
+  under the sketch screen, caught by ``assert_close`` on that layer's output in float32.
+* ``decode_position``: a one-token decode step gets RoPE position 0 (the prefill is
+  right; the cache slot is right), as reported against mlx-vlm.
+* ``decode_kv_stale``: a one-token decode step writes its K/V one slot early
+  (``start_pos - 1``, over the previous token's) and reads the cache up to there: the
+  step attends to a cache one token short.
+* ``kv_swap_layer1``: the conversion maps layer 1's ``k_proj`` to ``wv`` and ``v_proj``
+  to ``wk`` (every other layer right).
+
+Decode: the reference is driven through ``past_key_values``; the candidate keeps its
+own cache (``cache_k``/``cache_v``) and is stepped through :func:`candidate_step`.
 """
 
 from __future__ import annotations
@@ -37,11 +53,22 @@ VARIANTS = {
     "theta": "candidate ModelArgs.rope_theta=10000 (reference 500000)",
     "eps": "candidate norm_eps=1e-6 (reference rms_norm_eps=1e-5)",
     "scaling": "candidate use_scaled_rope=False (reference uses llama3 rope scaling)",
+    "attn_scale": "layer 1's attention scales scores by 1/head_dim instead of 1/sqrt(head_dim)",
+    "attn_scale_small": "layer 1's softmax scale off by 0.03% (1.0003/sqrt(head_dim))",
+    "decode_position": "one-token decode steps get RoPE position 0 (prefill right)",
+    "decode_kv_stale": "one-token decode steps write K/V one slot early and read a cache one token short",
+    "kv_swap_layer1": "conversion maps layer 1's k_proj to wv and v_proj to wk (other layers right)",
 }
 VARIANT: str | None = None
 
 SEED = 0
 SEQ_LEN = 64
+#: One-token decode steps after the prompt (decode family); the candidate's cache holds
+#: ``SEQ_LEN + MAX_DECODE`` positions.
+DECODE_STEPS = 16
+MAX_DECODE = 32
+#: Layer whose attention carries the attn_scale / attn_scale_small fault.
+SCALE_LAYER = 1
 VOCAB_SIZE = 512
 #: Shape shared by both sides (REAL_PAIRS.md): dim 128, 2 layers, 8 heads, 2 kv heads, head_dim 16.
 DIM, N_LAYERS, N_HEADS, N_KV_HEADS = 128, 2, 8, 2
@@ -87,7 +114,7 @@ def model_args():
         norm_eps=1e-6 if VARIANT == "eps" else NORM_EPS,
         rope_theta=10000.0 if VARIANT == "theta" else ROPE_THETA,
         use_scaled_rope=VARIANT != "scaling",
-        max_batch_size=2, max_seq_len=SEQ_LEN,
+        max_batch_size=2, max_seq_len=SEQ_LEN + MAX_DECODE,
     )
 
 
@@ -140,7 +167,85 @@ def candidate():
     init_model_parallel()
     from llama_models.llama3.model import Transformer
 
-    return Transformer(model_args()).eval()
+    model = Transformer(model_args()).eval()
+    _plant(model)
+    return model
+
+
+def _plant(model) -> None:
+    """Bind the faulty forwards of the decode / attention-scale variants to ``model``."""
+    import math
+    import types
+
+    if VARIANT == "decode_position":
+        model.forward = types.MethodType(_transformer_forward_decode_at_zero, model)
+    for i, layer in enumerate(model.layers):
+        att = layer.attention
+        att.pk_scale = 1.0 / math.sqrt(att.head_dim)
+        att.pk_decode_slot_offset = 0
+        if VARIANT == "attn_scale" and i == SCALE_LAYER:
+            att.pk_scale = 1.0 / att.head_dim
+        elif VARIANT == "attn_scale_small" and i == SCALE_LAYER:
+            att.pk_scale = 1.0003 / math.sqrt(att.head_dim)
+        elif VARIANT == "decode_kv_stale":
+            att.pk_decode_slot_offset = -1
+        else:
+            continue
+        att.forward = types.MethodType(_attention_forward, att)
+
+
+def _attention_forward(self, x, start_pos: int, freqs_cis, mask):
+    """Meta's ``Attention.forward`` (llama_models 3) with two planted knobs.
+
+    ``self.pk_scale`` replaces ``1/sqrt(head_dim)``; in a one-token step the K/V are
+    written at ``start_pos + self.pk_decode_slot_offset`` and the cache is read up to
+    there. Shapes: x (batch, seqlen, dim) -> (batch, seqlen, dim).
+    """
+    import torch
+    import torch.nn.functional as F
+    from llama_models.llama3.model import apply_rotary_emb, repeat_kv
+
+    bsz, seqlen, _ = x.shape
+    xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
+    xq = xq.view(bsz, seqlen, self.n_local_heads, self.head_dim)
+    xk = xk.view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
+    xv = xv.view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
+    xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
+    self.cache_k = self.cache_k.to(xq)
+    self.cache_v = self.cache_v.to(xq)
+    slot = start_pos + (self.pk_decode_slot_offset if seqlen == 1 else 0)
+    self.cache_k[:bsz, slot: slot + seqlen] = xk
+    self.cache_v[:bsz, slot: slot + seqlen] = xv
+    keys = repeat_kv(self.cache_k[:bsz, : slot + seqlen], self.n_rep).transpose(1, 2)
+    values = repeat_kv(self.cache_v[:bsz, : slot + seqlen], self.n_rep).transpose(1, 2)
+    xq = xq.transpose(1, 2)
+    scores = torch.matmul(xq, keys.transpose(2, 3)) * self.pk_scale
+    if mask is not None:
+        scores = scores + mask
+    scores = F.softmax(scores.float(), dim=-1).type_as(xq)
+    output = torch.matmul(scores, values).transpose(1, 2).contiguous().view(bsz, seqlen, -1)
+    return self.wo(output)
+
+
+def _transformer_forward_decode_at_zero(self, tokens, start_pos: int):
+    """Meta's ``Transformer.forward`` (llama_models 3) where a one-token step takes RoPE
+    position 0 instead of ``start_pos`` (the cache slot stays ``start_pos``).
+    tokens (batch, seqlen) -> logits (batch, seqlen, vocab) float32."""
+    import torch
+
+    with torch.inference_mode():
+        _bsz, seqlen = tokens.shape
+        h = self.tok_embeddings(tokens)
+        self.freqs_cis = self.freqs_cis.to(h.device)
+        rope_pos = 0 if seqlen == 1 else start_pos
+        freqs_cis = self.freqs_cis[rope_pos: rope_pos + seqlen]
+        mask = None
+        if seqlen > 1:
+            mask = torch.triu(torch.full((seqlen, seqlen), float("-inf"), device=tokens.device), diagonal=1)
+            mask = torch.hstack([torch.zeros((seqlen, start_pos), device=tokens.device), mask]).type_as(h)
+        for layer in self.layers:
+            h = layer(h, start_pos, freqs_cis, mask)
+        return self.output(self.norm(h)).float()
 
 
 def unpermute_rotary(w, n_heads: int):
@@ -209,11 +314,14 @@ def convert_weights(reference_state_dict: dict) -> dict:
         if m is None or m.group(2) not in _LAYER_RENAMES:
             raise KeyError(f"no Meta Llama name for reference tensor {name}")
         layer, part = m.group(1), m.group(2)
+        dest = _LAYER_RENAMES[part]
+        if VARIANT == "kv_swap_layer1" and layer == "1" and part in ("self_attn.k_proj", "self_attn.v_proj"):
+            dest = "attention.wv" if part == "self_attn.k_proj" else "attention.wk"
         if permute and part == "self_attn.q_proj":
             tensor = unpermute_rotary(tensor, N_HEADS)
         elif permute and part == "self_attn.k_proj":
             tensor = unpermute_rotary(tensor, N_KV_HEADS)
-        out[f"layers.{layer}.{_LAYER_RENAMES[part]}.weight"] = tensor
+        out[f"layers.{layer}.{dest}.weight"] = tensor
     return out
 
 
@@ -233,6 +341,12 @@ def run_reference(model, inputs):
 def run_candidate(model, inputs):
     """Logits (batch, T, vocab) of Meta's ``Transformer(tokens, start_pos=0)`` (float32)."""
     return model(inputs["input_ids"], start_pos=0)
+
+
+def candidate_step(model, tokens, start_pos: int):
+    """One step of Meta's ``Transformer`` with its own KV cache: tokens (batch, n) at
+    ``start_pos`` -> logits (batch, n, vocab) float32."""
+    return model(tokens, start_pos=start_pos)
 
 
 def reference_config() -> dict[str, Any]:

@@ -69,7 +69,8 @@ def _guard(fn: Callable[[], int]) -> int:
 
 
 @contextmanager
-def _progress(description: str, total: int | None = None) -> Iterator[Callable[..., None]]:
+def _progress(description: str, total: int | None = None,
+              plain_lines: bool = False) -> Iterator[Callable[..., None]]:
     """A transient progress line on stderr while the block runs.
 
     Yields ``update(text=None, done=None, finished=False)``: a new description
@@ -77,10 +78,16 @@ def _progress(description: str, total: int | None = None) -> Iterator[Callable[.
     ``total`` is given, a spinner otherwise); ``finished=True`` removes the line
     before the block ends (so that what the block prints next is not mixed with
     it). When stderr is not a terminal (pre-commit, CI, a pipe) nothing is
-    shown and Rich's progress module is not even imported.
+    shown and Rich's progress module is not even imported, unless ``plain_lines``
+    (``check --progress``): then each new description is one plain line on stderr
+    (``porting-kit: ...``), so long work shows in logs and notebooks too. (Not by default:
+    an input error must stay the one line on stderr.)
     """
     if not err_console.is_terminal:
-        yield lambda text=None, done=None, finished=False: None
+        def plain(text: str | None = None, done: int | None = None, finished: bool = False) -> None:
+            if plain_lines and text is not None and not finished:
+                err_console.print(f"porting-kit: {text}", markup=False, highlight=False, soft_wrap=True)
+        yield plain
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -141,8 +148,12 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
           variant: str | None = typer.Option(None, "--variant", help="Planted-fault variant declared by the spec."),
           only: str | None = typer.Option(None, "--only",
                                           help="Comma-separated families: "
-                                               "config,parity,rope,norm,tp,hop,channel,dtype,rng,lifecycle,cudagraph."),
+                                               "config,parity,rope,norm,tp,decode,sampling,hop,channel,dtype,batch,rng,"
+                                               "lifecycle,cudagraph."),
           json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here (- for standard output)."),
+          plot: Path | None = typer.Option(None, "--plot", metavar="DIR",
+                                           help="Write PNG plots here: error per layer, per decode step, "
+                                                "step x layer, RoPE error vs position."),
           device: str = typer.Option("cpu", "--device", help="Torch device: cpu, cuda, cuda:1."),
           dtype: str | None = typer.Option(None, "--dtype", help="Serving dtype: float32, bfloat16, float16."),
           tp: int = typer.Option(1, "--tp", min=1,
@@ -151,23 +162,32 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
           trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
                                                  help="Allow a local reference directory whose config needs "
                                                       "remote code (auto_map). Never implicit."),
+          progress: bool = typer.Option(False, "--progress",
+                                        help="Print each stage as a plain line on stderr even when it is "
+                                             "not a terminal (logs, CI, notebooks)."),
           debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
     """Compare the candidate port against the HF reference and name the fault."""
     _DEBUG["on"] = _DEBUG["on"] or debug
 
     def body() -> int:
-        from porting_kit.fsutil import check_output_path
+        from porting_kit.fsutil import check_output_dir, check_output_path
         from porting_kit.report.render import print_report
         from porting_kit.runner import run_check
 
         check_output_path(json_path, inputs=[spec])
-        with _progress("loading spec") as update:
+        check_output_dir(plot, what="--plot")
+        with _progress("loading spec", plain_lines=progress) as update:
             report = run_check(str(spec) if spec else None, example=example, variant=variant,
                                only=only, device=device, dtype=dtype, tp=tp, trust_remote_code=trust_remote_code,
                                progress=lambda text: update(f"check: {text}"))
         print_report(report, _report_console(json_path))
         if json_path:
             report.write_json(json_path)
+        if plot is not None:
+            from porting_kit.report.plots import save_check_plots
+
+            for path in save_check_plots(report, plot):
+                err_console.print(f"wrote {path}", markup=False, highlight=False)
         return report.exit_code
 
     _exit(_guard(body))

@@ -16,14 +16,16 @@ from porting_kit.report.findings import Finding, Report, skip
 from porting_kit.spec import Spec, load_spec
 
 #: Family prefix -> module under porting_kit.checks, in run order (static config first,
-#: then parity, the diagnoses that explain its divergence, tensor-parallel parity, audio, then
-#: the engine contract).
+#: then parity, the diagnoses that explain its divergence, tensor-parallel parity, decode steps and
+#: sampling, audio, then the engine contract).
 FAMILIES: dict[str, str] = {
     "config": "config",
     "parity": "parity",
     "rope": "rope",
     "norm": "norm",
     "tp": "tp",
+    "decode": "decode",
+    "sampling": "sampling",
     "hop": "hop",
     "channel": "channel",
     "dtype": "dtype",
@@ -32,6 +34,13 @@ FAMILIES: dict[str, str] = {
     "lifecycle": "lifecycle",
     "cudagraph": "cudagraph",
 }
+
+
+def _log_progress(text: str) -> None:
+    """Default progress: one INFO record on the ``porting_kit.progress`` logger."""
+    import logging
+
+    logging.getLogger("porting_kit.progress").info("check: %s", text)
 
 
 def parse_only(only: str | Iterable[str] | None) -> list[str]:
@@ -88,7 +97,9 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
         Allow a local reference directory whose config needs remote code
         (``--trust-remote-code``); never implicit.
     progress : callable, optional
-        Called with a short text as each family starts.
+        Called with a short text as each family (and each long stage) starts; by default the
+        text goes to the ``porting_kit.progress`` logger at INFO (``logging.basicConfig(level=
+        logging.INFO)`` shows it in a notebook or a log).
     tp : int, default 1
         Tensor-parallel size for the ``tp`` family (``--tp N``): N ranks run the spec's
         ``candidate_tp``; 1 skips the family.
@@ -111,8 +122,7 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     if not isinstance(spec, Spec):
         spec = load_spec(spec, example=example, variant=variant, trust_remote_code=trust_remote_code)
     families = parse_only(only)
-    ctx = CheckContext(spec=spec, device=device, dtype=dtype,
-                       progress=progress or (lambda text: None), tp=tp)
+    ctx = CheckContext(spec=spec, device=device, dtype=dtype, progress=progress or _log_progress, tp=tp)
     ctx.torch_dtype()  # validate the dtype name before any work
     report = Report(command="check")
     t_all = time.perf_counter()
@@ -133,4 +143,5 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     report.timing["total"] = time.perf_counter() - t_all
     report.first_divergence = ctx.first_divergence
     report.extras = ctx.extras
+    report.alignment = ctx.extras.get("alignment_report")
     return report

@@ -8,7 +8,12 @@ names (``codes``, ``decode_reference``, ``decode_candidate``, ``hop_length`` or
 / ``stream_context_frames``, ``codec_candidate``; README "Port spec: audio names",
 :mod:`porting_kit.probes.codec_pair`), ``engine_model``, ``synthesize_candidate`` / ``synthesize_reference``,
 ``reference_config`` / ``candidate_config``, ``candidate_tp(rank, world_size)`` and
-``tp_timeout`` (the sharded port for ``--tp N``, :mod:`porting_kit.probes.tp`). A spec that only defines the
+``tp_timeout`` (the sharded port for ``--tp N``, :mod:`porting_kit.probes.tp`), the per-module overrides
+``module_tolerances`` / ``allow_divergence`` (:func:`porting_kit.probes.layers.module_rules`),
+the decode names ``decode_steps``, ``candidate_step`` / ``reference_step``
+(:mod:`porting_kit.probes.decode`) and the sampling names ``sampling_params``,
+``candidate_logits_processor``, ``candidate_sampler``, ``sampling_vocab_size``
+(:mod:`porting_kit.checks.sampling`). A spec that only defines the
 generator-style names (``engine_model`` or ``synthesize_candidate``) is valid:
 parity is then reported as ``skip``. So is a spec with only the audio names
 (``codes``, ``decode_reference``, ``decode_candidate``): the audio families run,

@@ -3,7 +3,11 @@
 Codes: ``parity.first_divergence`` (the first aligned module pair beyond
 tolerance, both module names), ``parity.nan_origin`` (the first module whose
 output has NaN/Inf while its input had none), ``parity.unmapped_weights``
-(reference tensors not loaded / candidate parameters never set), ``parity.ok``.
+(reference tensors not loaded / candidate parameters never set),
+``parity.weight_map_inconsistent`` (a repeated block whose parameters hold other
+reference tensors than the same parameters of its sibling blocks of the same class,
+e.g. layer 1's ``wk`` holding ``v_proj``: both tensors named;
+:func:`porting_kit.probes.align.weight_map_outliers`), ``parity.ok``.
 How the first divergence is located: :mod:`porting_kit.probes.layers`.
 """
 
@@ -22,8 +26,9 @@ def run(ctx: CheckContext) -> list[Finding]:
     Parameters
     ----------
     ctx : CheckContext
-        Sets ``ctx.first_divergence`` (the report's record) and ``ctx.extras["alignment"]``
-        / ``ctx.extras["parity"]`` for the notebooks.
+        Sets ``ctx.first_divergence`` (the report's record), ``ctx.extras["alignment"]``
+        / ``ctx.extras["parity"]`` for the notebooks and ``ctx.extras["alignment_report"]``
+        (the JSON report's ``"alignment"``: pairs and the unaligned modules of each side).
 
     Returns
     -------
@@ -44,8 +49,13 @@ def run(ctx: CheckContext) -> list[Finding]:
     res = get_result(ctx)
     common = _common_evidence(res)
     ctx.extras["alignment"] = alignment_table(res)
+    ctx.extras["alignment_report"] = {
+        "pairs": ctx.extras["alignment"],
+        "unaligned_reference": [display_name(r.key) for r in res.alignment.unaligned_reference],
+        "unaligned_candidate": [display_name(c.key) for c in res.alignment.unaligned_candidate]}
     ctx.extras["parity"] = res
-    findings = [*_unmapped_weights(res.pair.weights), *_nan_origins(res)]
+    findings = [*_unmapped_weights(res.pair.weights), *_weight_map_inconsistent(res),
+                *_nan_origins(res)]
     divergence, ctx.first_divergence = _first_divergence(res, common)
     findings += divergence
     if not findings:
@@ -99,6 +109,34 @@ def _unmapped_weights(w) -> list[Finding]:
              "or the spec's convert_weights; a parameter never set keeps its random init.")]
 
 
+def _weight_map_inconsistent(res: ParityResult) -> list[Finding]:
+    """``parity.weight_map_inconsistent``: one finding per block that maps unlike its siblings."""
+    from porting_kit.probes.align import weight_map_outliers
+
+    by_block: dict[str, list] = {}
+    for o in weight_map_outliers(res.pair.weights.weight_map, res.pair.candidate):
+        by_block.setdefault(o.block, []).append(o)
+    findings = []
+    for block, outs in by_block.items():
+        first = outs[0]
+        pairs = "; ".join(f"{o.candidate_tensor} holds {o.reference_tensor} (siblings: {o.expected_reference})"
+                          for o in outs)
+        findings.append(Finding(
+            "parity", "parity.weight_map_inconsistent", "fail",
+            f"Block {block} ({first.block_type}) is loaded unlike its {first.siblings} sibling block(s): "
+            f"{pairs}.",
+            evidence={"block": block, "block_type": first.block_type,
+                      "candidate_tensor": first.candidate_tensor, "reference_tensor": first.reference_tensor,
+                      "expected_reference_tensor": first.expected_reference,
+                      "inconsistent_tensors": len(outs), "mappings": pairs,
+                      "sibling_blocks": first.siblings, "blocks": first.blocks},
+            where=Where(reference=first.reference_tensor.rsplit(".", 1)[0],
+                        candidate=first.candidate_tensor.rsplit(".", 1)[0]),
+            hint="Fix the conversion's name map for this block (a rename table or an index "
+                 "off by one); every block of one class must map its parameters the same way."))
+    return findings
+
+
 def _nan_origins(res: ParityResult) -> list[Finding]:
     """``parity.nan_origin`` per side: the first module whose output has NaN/Inf while its input had none."""
     findings: list[Finding] = []
@@ -129,7 +167,10 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
         msg = (f"First divergence: reference {display_name(fd.pair.reference.key)} ~ candidate "
                f"{display_name(fd.pair.candidate.key)}: " + (describe_mismatch(m) if m is not None else
                                                           f"estimated ||a-b||/||b|| = {fd.rel_err:.3g}") + ".")
-        if inside:
+        if m is not None and m.within_tolerance:
+            msg += (" Its output is still within tolerance, but the error its own code adds is the one "
+                    "a later module (a norm rescaling it) carries past the tolerance.")
+        elif inside:
             msg += (f" Its child {display_name(ff.pair.reference.key)} ~ {display_name(ff.pair.candidate.key)} is "
                     "the first output to differ but its input already differed: the fault is in "
                     f"{display_name(fd.pair.reference.key)}'s own code.")
@@ -153,7 +194,7 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
                  "metric": metric,
                  "order": next((i for i, p in enumerate(res.alignment.pairs)
                                 if p.reference.key == fd.pair.reference.key), -1)}
-    elif res.output_metric is not None and not res.output_metric.within_tolerance:
+    elif res.output_metric is not None and not res.output_metric.within_tolerance and not res.output_allowed:
         m = res.output_metric
         found.append(Finding(
             "parity", "parity.first_divergence", "fail",
@@ -164,7 +205,7 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
             hint="Add module_map pairs for the unaligned modules listed in the evidence."))
         first = {"reference_module": "<output>", "candidate_module": "<output>",
                  "metric": m.evidence(), "order": len(res.alignment.pairs)}
-    elif res.output_metric is None:
+    elif res.output_metric is None and not res.output_allowed:
         found.append(Finding(
             "parity", "parity.first_divergence", "fail",
             "The reference and candidate outputs have different shapes and no aligned module differs.",

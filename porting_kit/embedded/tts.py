@@ -30,8 +30,16 @@ factor 4 that the port drops). Values chosen so the faults show:
   single-process port is clean); ``tp_row_bias`` gives the reference attention
   biases (random, so a bias added once per rank shows).
 
+* ``decode_position`` / ``decode_kv_stale`` (family ``decode``): the whole-sequence forward
+  is clean; :func:`candidate_step` gives a one-token step position 0, or the port's KV
+  cache drops its last token before a one-token step attends (``Attention.kv_drop_last``).
+* ``sampling_*`` (family ``sampling``): faults in the port's sampler,
+  :mod:`porting_kit.embedded.tts_sampling`.
+
 Spec names: ``reference``, ``candidate``, ``candidate_tp``, ``inputs``, ``run_reference``,
-``run_candidate``, ``reference_config``, ``candidate_config``, ``engine_model`` (the
+``run_candidate``, ``reference_config``, ``candidate_config``, ``candidate_step``
+(the reference is stepped through its ``cache`` argument), ``sampling_params``,
+``candidate_logits_processor``, ``candidate_sampler``, ``sampling_vocab_size``, ``engine_model`` (the
 serving-side AR worker for the ``rng`` / ``lifecycle`` families: the embedded
 generator's clean model, so ``porting-kit check`` with no arguments runs every family
 that one CPU process can), the audio names below; models expose
@@ -81,6 +89,8 @@ VARIANTS = {
                       "not the vocabulary axis",
     "tp_vocab_offset": "sharded port (--tp N): the vocabulary-parallel embedding masks its own id "
                        "range but loads the rows of rank N-1-r",
+    "decode_position": "port's decode steps give the new token position 0 (prefill right)",
+    "decode_kv_stale": "port's one-token step drops the last cached token before attending",
 }
 VARIANT: str | None = None
 
@@ -109,6 +119,8 @@ PORT_OPTIONS: dict[str, dict[str, Any]] = {
     "norm_no_qk_norm": {"qk_norm": False},
     "fp16_overflow": {},  # the port is clean: the reference's weights carry the activation
 }
+# decode_position / decode_kv_stale need no PortOptions: candidate_step and the port's KV cache
+# plant them (the whole-sequence forward is the clean one).
 
 #: Variant -> TPOptions fields of the sharded port (:func:`candidate_tp`); the single-process
 #: port is clean in these variants.
@@ -296,6 +308,7 @@ def run_candidate(model, inputs):
     import torch
 
     input_ids = inputs["input_ids"]
+    _set_cache(model, None)  # a whole-sequence forward: no decode cache
     positions = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
     return model.compute_logits(model(input_ids, positions))
 
@@ -352,6 +365,39 @@ def run_candidate_batch(model, requests):
     logits = model.compute_logits(model(batch, positions))
     return [logits[i:i + 1, longest - x.numel():] if left else logits[i:i + 1, :x.numel()]
             for i, x in enumerate(ids)]
+
+
+def _set_cache(model, kv) -> None:
+    for layer in model.talker.layers:
+        layer.attn.kv = None if kv is None else dict(kv)
+        layer.attn.kv_drop_last = VARIANT == "decode_kv_stale"
+
+
+def candidate_step(model, tokens, start_pos: int):
+    """One decode step of the port with its own KV cache (the ``decode`` family).
+
+    Parameters
+    ----------
+    model : TinyTTSPort
+    tokens : torch.LongTensor [shape=(batch, n)]
+        The prompt at ``start_pos`` 0 (the cache is reset), then one token a step.
+    start_pos : int
+        Position of ``tokens[:, 0]``.
+
+    Returns
+    -------
+    torch.Tensor [shape=(batch, n, vocab_size)]
+        Logits. ``decode_position``: a one-token step is given position 0.
+    """
+    import torch
+
+    if start_pos == 0:
+        _set_cache(model, {})
+    n = tokens.shape[-1]
+    positions = torch.arange(start_pos, start_pos + n, device=tokens.device).expand_as(tokens)
+    if n == 1 and VARIANT == "decode_position":
+        positions = torch.zeros_like(positions)
+    return model.compute_logits(model(tokens, positions))
 
 
 def _static(constants: dict[str, Any]) -> dict[str, Any]:
@@ -523,3 +569,26 @@ def stream_context_frames():
 def codec_candidate():
     """The port's codec module (its parameters must be float32)."""
     return _audio()[2]
+
+
+# Sampling names (the ``sampling`` family): the port's sampler, tts_sampling.py, with its
+# planted faults as ``sampling_*`` variants; the reference is transformers' processors.
+from porting_kit.embedded import tts_sampling as _tts_sampling  # noqa: E402
+
+VARIANTS.update(_tts_sampling.SAMPLING_VARIANTS)
+sampling_vocab_size = _tts_sampling.VOCAB
+
+
+def sampling_params() -> list[dict]:
+    """Sampling parameter sets (``GenerationConfig`` keys; a list holds one value per codebook)."""
+    return _tts_sampling.sampling_params()
+
+
+def candidate_logits_processor(logits, input_ids, params):
+    """The port's processed logits, (batch, n_codebooks, vocab) -> same shape."""
+    return _tts_sampling.process(logits, input_ids, params, _tts_sampling.faults_for(VARIANT))
+
+
+def candidate_sampler(logits, input_ids, params, generator):
+    """The port's draw: token ids (batch, n_codebooks) from the request's ``generator``."""
+    return _tts_sampling.sample(logits, input_ids, params, generator, _tts_sampling.faults_for(VARIANT))

@@ -602,6 +602,11 @@ class Attention(nn.Module):
             dtype=getattr(torch, c["rope_dtype"]), query_position_offset=options.position_offset,
             zero_pad_pairs=round(c["rotary_dim"] * (1 - options.rope_pad_factor)) // 2,
             table_layout=options.rope_table_layout)
+        #: Decode KV cache: ``None`` (no cache: every forward sees the whole sequence) or
+        #: ``{"k", "v"}`` tensors [shape=(batch, kv_heads, cached, head_dim)] (see :meth:`forward`).
+        self.kv: dict[str, torch.Tensor] | None = None
+        #: Decode fault: a one-token step drops the last cached token before attending.
+        self.kv_drop_last = False
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         """Causal self-attention of one layer.
@@ -616,6 +621,12 @@ class Attention(nn.Module):
         torch.Tensor [shape=(batch, seq, hidden_size)]
             ``o_proj`` of ``scaled_dot_product_attention(q, k, v, is_causal=True,
             scale=head_dim ** -0.5, enable_gqa=True)``.
+
+        Notes
+        -----
+        With :attr:`kv` set (a dict, ``{}`` at prefill), k and v are appended to the cache and
+        a one-token step attends to every cached token; a prefill must start from ``{}``
+        (a multi-token call after cached tokens is not supported).
         """
         qkv = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -627,7 +638,13 @@ class Attention(nn.Module):
         q = q.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
         k = k.view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling,
+        if self.kv is not None:  # decode: append to the cache, attend to all of it
+            if seq == 1 and self.kv_drop_last and "k" in self.kv:
+                self.kv = {"k": self.kv["k"][:, :, :-1], "v": self.kv["v"][:, :, :-1]}
+            if "k" in self.kv:
+                k, v = torch.cat([self.kv["k"], k], dim=2), torch.cat([self.kv["v"], v], dim=2)
+            self.kv = {"k": k, "v": v}
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=seq > 1, scale=self.scaling,
                                              enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.q_size))
 

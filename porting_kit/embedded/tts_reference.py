@@ -137,18 +137,29 @@ class TinyTTSReference(nn.Module):
         self.lm = lm
         self.codec = codec
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """LM logits of ``input_ids`` (no KV cache).
+    def forward(self, input_ids: torch.Tensor, cache=None, use_cache: bool = False,
+                position_ids: torch.Tensor | None = None):
+        """LM logits of ``input_ids``; with ``cache`` (a transformers ``Cache``), one cached step.
 
         Parameters
         ----------
         input_ids : torch.LongTensor [shape=(batch, seq)]
+        cache : transformers.Cache, optional
+            Passed to the LM (as ``cache`` or ``past_key_values``, whichever its forward takes).
+        use_cache : bool, default False
+        position_ids : torch.LongTensor [shape=(batch, seq)], optional
 
         Returns
         -------
         torch.Tensor [shape=(batch, seq, vocab_size)]
+            Without ``cache``; with it, the LM's output object (``.logits`` first).
         """
-        return self.lm(input_ids=input_ids, use_cache=False).logits
+        if cache is None:
+            return self.lm(input_ids=input_ids, use_cache=False, position_ids=position_ids).logits
+        import inspect
+
+        key = "cache" if "cache" in inspect.signature(self.lm.forward).parameters else "past_key_values"
+        return self.lm(input_ids=input_ids, use_cache=True, position_ids=position_ids, **{key: cache})
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:

@@ -411,3 +411,116 @@ def _lcs(a: list[Record], b: list[Record]) -> list[tuple[Record, Record]]:
         else:
             j += 1
     return out
+
+
+@dataclass
+class MapOutlier:
+    """A repeated block whose weight map differs from its siblings' (:func:`weight_map_outliers`).
+
+    Attributes
+    ----------
+    block : str
+        The candidate block (``layers.1``).
+    block_type : str
+        Its class name; blocks are compared within one class.
+    candidate_tensor : str
+        The candidate parameter that maps unlike its siblings (``layers.1.attention.wk.weight``).
+    reference_tensor : str
+        The reference tensor it holds (``model.layers.1.self_attn.v_proj.weight``).
+    expected_reference : str
+        What the siblings' map gives for this block (``model.layers.1.self_attn.k_proj.weight``).
+    siblings : int
+        Blocks of the class that map the siblings' way.
+    blocks : int
+        Blocks of the class holding this parameter.
+    """
+
+    block: str
+    block_type: str
+    candidate_tensor: str
+    reference_tensor: str
+    expected_reference: str
+    siblings: int
+    blocks: int
+
+
+_BLOCK_RE = re.compile(r"^(.*?\.)?(\d+)\.(.+)$")
+
+
+def weight_map_outliers(weight_map: dict[str, list[str]], candidate) -> list[MapOutlier]:
+    """Parameters of repeated blocks that map to the reference unlike the same parameter in
+    the sibling blocks of the same class (layer 1's ``wk`` holding ``v_proj`` while every
+    other layer's ``wk`` holds ``k_proj``).
+
+    Parameters
+    ----------
+    weight_map : dict of str to list of str
+        Candidate parameter -> reference tensors whose values it holds
+        (:class:`porting_kit.load.WeightLoad`).
+    candidate : torch.nn.Module
+        Supplies each block's class (hybrid stacks are compared within each class).
+
+    Returns
+    -------
+    list of MapOutlier
+        In candidate-name order; ``[]`` when every block maps alike.
+
+    Notes
+    -----
+    A block is the prefix up to the first numeric name component (``layers.3``). A
+    parameter's *map* is the reference name with every number written ``#``
+    (``model.layers.#.self_attn.k_proj.weight``); within one (block class, parameter
+    name) group the most common map is the rule, ties broken by how closely the reference
+    leaf names resemble the candidate's (difflib ratio), then by the lowest block index. Only
+    1:1 maps take part (fused and tied parameters have several reference tensors).
+    """
+    import difflib
+
+    groups: dict[tuple[str, str], list[tuple[int, str, str, str]]] = {}
+    for cname, rnames in weight_map.items():
+        m = _BLOCK_RE.match(cname)
+        if len(rnames) != 1 or m is None:
+            continue
+        block = (m.group(1) or "") + m.group(2)
+        try:
+            btype = type(candidate.get_submodule(block)).__name__
+        except AttributeError:
+            continue
+        key = (btype, (m.group(1) or "") + "#." + m.group(3))
+        groups.setdefault(key, []).append((int(m.group(2)), block, cname, rnames[0]))
+    out: list[MapOutlier] = []
+    for (btype, _), members in sorted(groups.items()):
+        if len(members) < 2:
+            continue
+        shapes: dict[str, list] = {}
+        for mem in members:
+            shapes.setdefault(re.sub(r"\d+", "#", mem[3]), []).append(mem)
+        if len(shapes) < 2:
+            continue
+
+        def rank(item):
+            pattern, mems = item
+            leaf_c = ".".join(mems[0][2].split(".")[-2:])
+            leaf_r = ".".join(pattern.split(".")[-2:])
+            return (-len(mems), -difflib.SequenceMatcher(None, leaf_c, leaf_r).ratio(),
+                    min(x[0] for x in mems))
+
+        rule, rule_mems = min(shapes.items(), key=rank)
+        example = rule_mems[0]
+        for pattern, mems in shapes.items():
+            if pattern == rule:
+                continue
+            for idx, block, cname, rname in sorted(mems):
+                expected = _renumber(example[3], example[0], idx)
+                out.append(MapOutlier(block=block, block_type=btype, candidate_tensor=cname,
+                                      reference_tensor=rname, expected_reference=expected,
+                                      siblings=len(rule_mems), blocks=len(members)))
+    return sorted(out, key=lambda o: o.candidate_tensor)
+
+
+def _renumber(name: str, old: int, new: int) -> str:
+    """``name`` with its first numeric component equal to ``old`` set to ``new``."""
+    parts = name.split(".")
+    if str(old) in parts:
+        parts[parts.index(str(old))] = str(new)
+    return ".".join(parts)

@@ -17,10 +17,26 @@ ancestor that is not itself a module (attention math between ``q_proj`` and
 ``o_proj``, a residual add), so that ancestor is the location; otherwise
 ``M`` is. Only then both models run once more, capturing the full tensors of
 that pair, and the finding reports ``assert_close``-style figures.
+
+Confirmation with full tensors (:func:`_confirm`). Sketches estimate norms; an
+elementwise tolerance can fail while every norm is under its bound. So when the
+location would be the root (or a wrapper above the layer stack) while aligned
+pairs below it exist, when the output differs and nothing was located, or (float32
+/ float64) when nothing was located but some pair's estimated relative error
+exceeds ``rtol``, both sides run again capturing every aligned pair below the root
+in full; the first failing one is refined inside its block (fine pass + full
+tensors). When the first failing module's input is within tolerance but carries
+most of its error (a norm rescaling a small upstream error past ``atol``), the
+location is the earlier pair whose own code makes that error: its output's
+relative error is over twice its input's and at least a quarter of the traced one
+(:func:`_creation_point`; a softmax scale off by 0.03 % lands in that layer's
+attention). The spec's ``module_tolerances`` and ``allow_divergence``
+(:func:`module_rules`) apply per pair throughout.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +77,10 @@ class PairStat:
     input_flagged : bool, default False
         The full-tensor inputs differ beyond tolerance; known only for the pair that was
         located (full re-run).
+    tolerance : Tolerance or None
+        This pair's tolerance (the spec's ``module_tolerances`` applied); ``None``: the dtype's.
+    allowed : bool, default False
+        The pair matches the spec's ``allow_divergence``: never flagged nor located.
     """
 
     pair: AlignedPair
@@ -68,6 +88,8 @@ class PairStat:
     abs_err: float
     flagged: bool
     input_flagged: bool = False
+    tolerance: Tolerance | None = None
+    allowed: bool = False
 
 
 @dataclass
@@ -95,6 +117,9 @@ class ParityResult:
         Seconds: ``forward_reference``, ``forward_candidate``, ``compare``, ``locate``. On
         CUDA the reference's figure is the time to queue its forward (no sync between the
         two passes); its GPU time that had not ended by then counts in the candidate's.
+    output_allowed : bool
+        The spec's ``allow_divergence`` matches the root (``<root>``): an output mismatch is no
+        finding.
     """
 
     pair: LoadedPair
@@ -109,6 +134,7 @@ class ParityResult:
     reference_records: list[Record] = field(repr=False, default_factory=list)
     candidate_records: list[Record] = field(repr=False, default_factory=list)
     timing: dict = field(default_factory=dict)
+    output_allowed: bool = False
 
 
 def _run(spec, side: str, model, inputs):
@@ -144,15 +170,95 @@ def _sync(t) -> None:
         torch.cuda.synchronize(t.device)
 
 
-def _screen_all(pairs: list[AlignedPair], tol: Tolerance) -> list[PairStat]:
-    """:func:`_screen` of the comparable pairs, the sketch errors estimated in one batch."""
+@dataclass
+class ModuleRules:
+    """The spec's per-module overrides: ``module_tolerances`` and ``allow_divergence``.
+
+    Attributes
+    ----------
+    tolerances : list of (str, dict)
+        ``(glob, {"atol": float, "rtol": float, "rel": float})`` in the spec's order; the
+        first glob matching a pair's reference or candidate module name wins; keys left out
+        keep the dtype's value.
+    allowed : list of str
+        Globs of modules allowed to differ: such pairs are compared and listed, never flagged
+        nor located (modules after them are still compared).
+    """
+
+    tolerances: list[tuple[str, dict]] = field(default_factory=list)
+    allowed: list[str] = field(default_factory=list)
+
+    def _matches(self, pat: str, p: AlignedPair) -> bool:
+        import fnmatch
+
+        return any(fnmatch.fnmatchcase(display_name(n), pat) for n in (p.reference.key, p.candidate.key))
+
+    def tolerance(self, p: AlignedPair, tol: Tolerance) -> Tolerance:
+        """``tol`` with the first matching ``module_tolerances`` entry applied."""
+        for pat, over in self.tolerances:
+            if self._matches(pat, p):
+                return Tolerance(tol.dtype, rtol=over.get("rtol", tol.rtol), atol=over.get("atol", tol.atol),
+                                 rel=over.get("rel", tol.rel))
+        return tol
+
+    def is_allowed(self, p: AlignedPair) -> bool:
+        """True when a glob of ``allow_divergence`` matches either module name."""
+        return any(self._matches(pat, p) for pat in self.allowed)
+
+
+def module_rules(spec) -> ModuleRules:
+    """The spec's ``module_tolerances`` / ``allow_divergence``, checked.
+
+    Parameters
+    ----------
+    spec : porting_kit.spec.Spec
+        ``module_tolerances``: ``{glob: {"atol": x, "rtol": y}}`` (``"rel"`` also accepted, the
+        bf16/fp16 tensor-level bound); ``allow_divergence``: a list of globs. Globs match
+        module names (``fnmatch``: ``model.layers.*.mlp``, ``<root>`` for the model itself).
+
+    Returns
+    -------
+    ModuleRules
+
+    Raises
+    ------
+    InputError
+        Not a dict of dicts of non-negative numbers with keys among atol / rtol / rel, or not a
+        list of strings (exit 2).
+    """
+    mt = spec.get("module_tolerances") or {}
+    ad = spec.get("allow_divergence") or []
+    if not isinstance(mt, dict):
+        raise InputError(f"{spec.name}: module_tolerances must be a dict {{glob: {{'atol': .., 'rtol': ..}}}}")
+    rules = ModuleRules()
+    for pat, over in mt.items():
+        if not isinstance(pat, str) or not isinstance(over, dict) or not over or \
+                set(over) - {"atol", "rtol", "rel"} or \
+                not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in over.values()):
+            raise InputError(f"{spec.name}: module_tolerances[{pat!r}] must be a dict of non-negative numbers "
+                             f"with keys atol, rtol, rel; got {over!r}")
+        rules.tolerances.append((pat, {k: float(v) for k, v in over.items()}))
+    if isinstance(ad, str) or not isinstance(ad, (list, tuple)) or not all(isinstance(x, str) for x in ad):
+        raise InputError(f"{spec.name}: allow_divergence must be a list of module-name globs, got {ad!r}")
+    rules.allowed = list(ad)
+    return rules
+
+
+def screen_pairs(pairs: list[AlignedPair], tol: Tolerance, rules: ModuleRules | None = None) -> list[PairStat]:
+    """Screen the comparable pairs on their sketches: flagged when the estimated absolute error
+    is over the pair's tolerance (the spec's ``module_tolerances`` applied) or an output has
+    NaN/Inf, unless ``allow_divergence`` matches. The errors are estimated in one batch (one
+    host copy for all pairs, not one per pair)."""
     comp = [p for p in pairs if p.comparable]
     errs = estimate_errors([(p.reference.out, p.candidate.out) for p in comp])
+    rules = rules or ModuleRules()
     stats = []
     for p, (rel, ab) in zip(comp, errs):
         r, c = p.reference.out, p.candidate.out
-        flagged = bool(r.nonfinite or c.nonfinite) or ab > tol.tensor_bound(r.numel, r.norm)
-        stats.append(PairStat(p, rel, ab, flagged))
+        own = rules.tolerance(p, tol)
+        allowed = rules.is_allowed(p)
+        flagged = not allowed and (bool(r.nonfinite or c.nonfinite) or ab > own.tensor_bound(r.numel, r.norm))
+        stats.append(PairStat(p, rel, ab, flagged, tolerance=own, allowed=allowed))
     return stats
 
 
@@ -199,6 +305,164 @@ def _locate(spec, pair: LoadedPair, stats: list[PairStat], first: PairStat,
             if a.flagged:
                 return a, metrics(a, 1)
     return first, metrics(first, 1)
+
+
+def _needs_confirmation(first: PairStat | None, stats: list[PairStat], output_metric,
+                        tol: Tolerance) -> bool:
+    """Whether the sketches may have missed the real location, so full tensors per block must decide.
+
+    True when the location is the root, or a module enclosing aligned repeated blocks
+    (decoder layers), while aligned pairs below it exist (the root's own
+    code is rarely the fault: a small error spread over the blocks reaches the screen only
+    after the final norm), when the output differs but no pair was located, or, for the
+    elementwise tolerances (float32 / float64), when nothing was located but some pair's
+    estimated relative error exceeds ``rtol`` (clean float32 pairs stay well below it; an
+    ``assert_close`` failure can hide under the norm bound the sketches are screened with).
+    """
+    below = [s for s in stats if s.pair.reference.name != "" and not s.allowed]
+    if not below:
+        return False
+    if first is not None:
+        # the root, or a wrapper above the layer stack (``model`` inside ``LlamaForCausalLM``)
+        loc = first.pair.reference.name
+        return loc == "" or any(_is_ancestor(loc, s.pair.reference.name)
+                                and re.search(r"\.\d+$", s.pair.reference.name) for s in below)
+    if output_metric is not None and not output_metric.within_tolerance:
+        return True
+    return tol.elementwise and any(s.rel_err > tol.rtol for s in below)
+
+
+def _pair_metrics(pair: LoadedPair, got_r: dict, got_c: dict, st: PairStat, which: int,
+                  tol: Tolerance) -> TensorMetrics | None:
+    """Full metrics of ``st``'s input (``which=0``) or output (``which=1``) from captured tensors;
+    the candidate's output is mapped back through its row permutation first."""
+    r = got_r.get(st.pair.reference.key, (None, None))[which]
+    c = got_c.get(st.pair.candidate.key, (None, None))[which]
+    if r is None or c is None or tuple(r.shape) != tuple(c.shape) or not r.is_floating_point():
+        return None
+    if which == 1:
+        perm = pair.weights.output_permutation.get(st.pair.candidate.name)
+        if perm is not None and perm.numel() == c.shape[-1]:
+            import torch
+
+            c = c[..., torch.argsort(perm.to(c.device))]  # back to the reference's order
+    return tensor_metrics(r, c, st.tolerance or tol)
+
+
+def _confirm(spec, pair: LoadedPair, stats: list[PairStat], tol: Tolerance,
+             refine) -> tuple[PairStat, PairStat, TensorMetrics] | None:
+    """Full tensors per aligned pair below the root: the first pair failing ``assert_close``-style
+    comparison, refined inside its block, placed in the module whose own code differs.
+
+    One re-run of both sides captures the outputs (and inputs) of every aligned pair
+    below the root; the first failing one, when it is a block with insides, gets a fine
+    pass and a second full capture of its inner pairs. The first failing inner output
+    whose input still matched is the location; when its input already differed, the
+    nearest failing enclosing pair is. Returns ``(location, first failing output, its
+    metrics)``, or ``None`` when every pair below the root passes (or the first failing
+    one's input already differed at the top level: the root's own code is then at fault).
+    """
+    group = [s for s in stats if s.pair.reference.name != "" and not s.allowed]
+    got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in group},
+                         {s.pair.candidate.key for s in group})
+    failing = [s for s in group if (m := _pair_metrics(pair, got_r, got_c, s, 1, tol)) is not None
+               and not m.within_tolerance]
+    if not failing:
+        return None
+    top = failing[0]
+    inner = refine(top)
+    if inner:
+        group = inner + [top] + _ancestors(stats, top)
+        got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in group},
+                             {s.pair.candidate.key for s in group})
+        outs = {id(s): _pair_metrics(pair, got_r, got_c, s, 1, tol) for s in group}
+        failing = [s for s in inner + [top] if not s.allowed and outs[id(s)] is not None
+                   and not outs[id(s)].within_tolerance]
+        failing.sort(key=lambda s: s.pair.reference.end if s is not top else 10**12)
+    else:
+        outs = {id(s): _pair_metrics(pair, got_r, got_c, s, 1, tol) for s in failing}
+    first = failing[0]
+    first.flagged = True
+    m_in = _pair_metrics(pair, got_r, got_c, first, 0, tol)
+    first.input_flagged = bool(m_in is not None and not m_in.within_tolerance)
+    m_out = outs[id(first)]
+    if not first.input_flagged and m_in is not None and m_in.rel_err > 0 \
+            and m_in.rel_err >= _CARRIED * m_out.rel_err:
+        # its input is within tolerance yet carries the error it shows (a norm rescaling a
+        # small upstream error past atol): find where that error was made
+        made = _creation_point(spec, pair, stats, first, m_in.rel_err, tol, refine)
+        if made is not None:
+            return made[0], made[0], made[1]
+    if not first.input_flagged:
+        return first, first, m_out
+    for a in _ancestors(stats, first):
+        m_a = outs.get(id(a))
+        if a.pair.reference.name and m_a is not None and not m_a.within_tolerance:
+            a.flagged = True
+            return a, first, m_a
+    return None
+
+
+#: An input carrying at least this share of a module's output error (relative) brought it in.
+_CARRIED = 0.5
+#: A pair *makes* an error when its output's relative error is over this many times its input's...
+_JUMP = 2.0
+#: ...and at least this share of the error being traced.
+_SHARE = 0.25
+
+
+def _makes_error(m_in: TensorMetrics | None, m_out: TensorMetrics | None, target: float) -> bool:
+    """Whether a pair's own code adds a relative error of the size of ``target`` (unitless)."""
+    if m_out is None:
+        return False
+    rel_in = m_in.rel_err if m_in is not None else 0.0
+    return m_out.rel_err >= _SHARE * target and m_out.rel_err > _JUMP * rel_in
+
+
+def _creation_point(spec, pair: LoadedPair, stats: list[PairStat], failing: PairStat, target: float,
+                    tol: Tolerance, refine) -> tuple[PairStat, TensorMetrics] | None:
+    """The aligned pair before ``failing`` (completion order) whose own code makes the error that
+    ``failing`` shows, refined inside its block; ``None`` when none does.
+
+    Parameters
+    ----------
+    failing : PairStat
+        The first pair failing the tolerance, whose input (within tolerance) already carried
+        relative error ``target``.
+    refine : callable
+        ``refine(block) -> inner pairs`` (the fine pass of :func:`get_result`).
+
+    Notes
+    -----
+    A pair makes the error when its output's relative error is at least ``_SHARE * target``
+    and more than ``_JUMP`` times its input's: a block adding a small error that a later norm
+    rescales past ``atol`` (a softmax scale off by 0.03 %) is placed in that block, then
+    inside it in the first module that makes the block's error (its attention).
+    """
+    earlier = [s for s in stats[:stats.index(failing)] if s.pair.reference.name and not s.allowed
+               and not _is_ancestor(s.pair.reference.name, failing.pair.reference.name)]
+    got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in earlier},
+                         {s.pair.candidate.key for s in earlier})
+    made = next((s for s in earlier if _makes_error(_pair_metrics(pair, got_r, got_c, s, 0, tol),
+                                                    _pair_metrics(pair, got_r, got_c, s, 1, tol), target)),
+                None)
+    if made is None:
+        return None
+    m_made = _pair_metrics(pair, got_r, got_c, made, 1, tol)
+    inner = refine(made)
+    if inner:
+        inner = sorted(inner, key=lambda s: s.pair.reference.end)
+        got_r, got_c = _full(spec, pair, {s.pair.reference.key for s in inner},
+                             {s.pair.candidate.key for s in inner})
+        for s in inner:
+            if s.allowed:
+                continue
+            m_i = _pair_metrics(pair, got_r, got_c, s, 1, tol)
+            if _makes_error(_pair_metrics(pair, got_r, got_c, s, 0, tol), m_i, m_made.rel_err):
+                made, m_made = s, m_i
+                break
+    made.flagged = True
+    return made, m_made
 
 
 def _full(spec, pair: LoadedPair, ref_keys: set[str], cand_keys: set[str]):
@@ -273,48 +537,62 @@ def get_result(ctx) -> ParityResult:
     t0 = time.perf_counter()
     module_map = spec.get("module_map")
     alignment = align(rrec, crec, module_map=module_map, weight_map=pair.weights.weight_map)
-    stats = _screen_all(alignment.pairs, tol)
+    rules = module_rules(spec)
+    stats = screen_pairs(alignment.pairs, tol, rules)
+    # the output takes the root pair's rules (a glob matching <root> loosens or allows it)
+    root = next((st for st in stats if st.pair.reference.name == ""), None)
+    out_tol = root.tolerance if root is not None and root.tolerance is not None else tol
+    output_allowed = bool(root is not None and root.allowed)
     if tuple(out_r.shape) == tuple(out_c.shape):
-        output_metric = quick_metrics(out_r, out_c, tol) or tensor_metrics(out_r, out_c, tol)
+        output_metric = quick_metrics(out_r, out_c, out_tol) or tensor_metrics(out_r, out_c, out_tol)
     else:
         output_metric = None
     timing["compare"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     first, first_flagged, metric = None, None, None
-    fine_r: list[Record] = []
-    fine_c: list[Record] = []
+    fine: dict[str, list[Record]] = {"reference": [], "candidate": []}
+
+    def refine(block: PairStat) -> list[PairStat]:
+        """Fine pass inside ``block``: sketch every module in it, align, screen; the new pairs
+        go into ``stats`` / ``alignment`` just before the block. Returns the block's inner pairs."""
+        sub_r = subtree_names(pair.reference, block.pair.reference.name) if coarse_r is not None else set()
+        sub_c = subtree_names(pair.candidate, block.pair.candidate.name) if coarse_c is not None else set()
+        if len(sub_r) <= 1 and len(sub_c) <= 1:
+            return []
+        ctx.progress("parity: fine pass in " + display_name(block.pair.reference.name))
+        fine_r, fine_c = [], []
+        _forward(spec, "reference", pair.reference, pair.inputs, fine_r, only=sub_r)
+        _forward(spec, "candidate", pair.candidate, pair.inputs, fine_c,
+                 output_permutation=pair.weights.output_permutation, only=sub_c)
+        fine["reference"], fine["candidate"] = fine_r, fine_c
+        fine_al = align(fine_r, fine_c, module_map=module_map, weight_map=pair.weights.weight_map)
+        scope = screen_pairs(fine_al.pairs, tol, rules)
+        known = {st.pair.reference.key for st in stats}
+        # the block's insides go in just before the block (they complete before it)
+        inner = [st for st in scope if st.pair.reference.key not in known]
+        at = stats.index(block)
+        stats[at:at] = inner  # in place: callers holding ``stats`` see the new pairs
+        pos = alignment.pairs.index(block.pair)
+        alignment.pairs[pos:pos] = [st.pair for st in inner]
+        alignment.unaligned_reference.extend(r for r in fine_al.unaligned_reference if r.key not in known)
+        alignment.unaligned_reference[:] = [
+            r for r in alignment.unaligned_reference
+            if r.key not in {st.pair.reference.key for st in stats}]
+        alignment.unaligned_candidate.extend(fine_al.unaligned_candidate)
+        return [st for st in scope if st is not block and _is_ancestor(block.pair.reference.name,
+                                                                       st.pair.reference.name)]
+
     pending = [s for s in stats if s.flagged]
     for _ in range(_MAX_VERIFY):
         if not pending:
             break
         block = pending[0]
         cand_first, scope = block, stats
-        sub_r = subtree_names(pair.reference, block.pair.reference.name) if coarse_r is not None else set()
-        sub_c = subtree_names(pair.candidate, block.pair.candidate.name) if coarse_c is not None else set()
-        if len(sub_r) > 1 or len(sub_c) > 1:
-            # fine pass: every module inside the first block that differs
-            ctx.progress("parity: fine pass in " + display_name(block.pair.reference.name))
-            fine_r, fine_c = [], []
-            _forward(spec, "reference", pair.reference, pair.inputs, fine_r, only=sub_r)
-            _forward(spec, "candidate", pair.candidate, pair.inputs, fine_c,
-                     output_permutation=pair.weights.output_permutation, only=sub_c)
-            fine_al = align(fine_r, fine_c, module_map=module_map, weight_map=pair.weights.weight_map)
-            scope = _screen_all(fine_al.pairs, tol)
-            known = {st.pair.reference.key for st in stats}
-            # the block's insides go in just before the block (they complete before it)
-            inner = [st for st in scope if st.pair.reference.key not in known]
-            at = stats.index(block)
-            stats = stats[:at] + inner + stats[at:]
-            pos = alignment.pairs.index(block.pair)
-            alignment.pairs[pos:pos] = [st.pair for st in inner]
-            alignment.unaligned_reference.extend(r for r in fine_al.unaligned_reference
-                                                 if r.key not in known)
-            alignment.unaligned_reference[:] = [
-                r for r in alignment.unaligned_reference
-                if r.key not in {st.pair.reference.key for st in stats}]
-            alignment.unaligned_candidate.extend(fine_al.unaligned_candidate)
-            flagged = [st for st in scope if st.flagged]
+        inner = refine(block)
+        if inner:
+            scope = stats
+            flagged = [st for st in inner if st.flagged]
             if flagged:
                 cand_first = flagged[0]
         loc, m = _locate(spec, pair, scope, cand_first, tol)
@@ -323,6 +601,12 @@ def get_result(ctx) -> ParityResult:
             break
         # a false alarm of the sketch screen: drop this block and what it located
         pending = [s for s in pending if s is not block and s is not loc and s is not cand_first]
+    if _needs_confirmation(first, stats, None if output_allowed else output_metric, tol):
+        ctx.progress("parity: confirming with full tensors per block")
+        confirmed = _confirm(spec, pair, stats, tol, refine)
+        if confirmed is not None:
+            first, first_flagged, metric = confirmed
+    fine_r, fine_c = fine["reference"], fine["candidate"]
     nan_origin = {}
     for side, coarse_recs, fine_recs in (("reference", rrec, fine_r), ("candidate", crec, fine_c)):
         origin = _nan_origin(spec, pair, side, fine_recs) if fine_recs else None
@@ -332,7 +616,8 @@ def get_result(ctx) -> ParityResult:
     result = ParityResult(pair=pair, alignment=alignment, stats=stats, first_divergence=first,
                           first_flagged=first_flagged, divergence_metric=metric,
                           output_metric=output_metric, nan_origin=nan_origin, tolerance=tol,
-                          reference_records=rrec, candidate_records=crec, timing=timing)
+                          reference_records=rrec, candidate_records=crec, timing=timing,
+                          output_allowed=output_allowed)
     ctx.state["parity"] = result
     return result
 

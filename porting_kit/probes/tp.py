@@ -57,10 +57,9 @@ from typing import Any
 
 from porting_kit.errors import InputError
 from porting_kit.probes.align import Alignment, align
-from porting_kit.probes.capture import capture_full, capture_summaries, estimate_abs_err, \
-    estimate_rel_err, summarize_calls
+from porting_kit.probes.capture import capture_full, capture_summaries, summarize_calls
 from porting_kit.probes.compare import TensorMetrics, first_tensor, tensor_metrics
-from porting_kit.probes.layers import PairStat
+from porting_kit.probes.layers import PairStat, screen_pairs
 from porting_kit.probes.tolerance import Tolerance, tolerance_for
 
 #: Seconds the ranks may run before they are terminated (the spec's ``tp_timeout`` overrides).
@@ -757,13 +756,6 @@ def _run_ranks(ctx, ref_sd: dict, inputs: dict, n: int, timeout_s: float) -> lis
         return [torch.load(Path(workdir) / f"rank{r}.pt", weights_only=False) for r in range(n)]
 
 
-def _screen(p, tol: Tolerance) -> PairStat:
-    r, c = p.reference.out, p.candidate.out
-    nonfinite = bool(r.nonfinite or c.nonfinite)
-    ab = estimate_abs_err(r, c)
-    return PairStat(p, estimate_rel_err(r, c), ab, nonfinite or ab > tol.tensor_bound(r.numel, r.norm))
-
-
 def _bias_of(model, name: str):
     try:
         b = getattr(model.get_submodule(name), "bias", None)
@@ -827,7 +819,7 @@ def measure(ctx, world_size: int, timeout_s: float | None = None) -> TPResult:
     thr = _hyp_threshold(tol)
     calls = _gather_all(ranks, {r.out.shape for r in rrec if r.out is not None})
     alignment = _align(spec, rrec, calls, ref_sd, ranks)
-    stats = [_screen(p, tol) for p in alignment.pairs if p.comparable]
+    stats = screen_pairs(alignment.pairs, tol)
     first, metric, hyp = _verify(spec, reference, inputs, stats, calls, tol, world_size, thr)
     shape_pair = _first_shape_fault(spec, reference, inputs, alignment, calls, world_size, thr)
     out_c, out_ref = ranks[0]["output"], out_r.detach().cpu()

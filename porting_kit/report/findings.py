@@ -175,6 +175,12 @@ class Report:
         Seconds per stage; the only non-deterministic part of the JSON.
     extras : dict
         Data for notebooks and plots (not serialised): e.g. the aligned-module table.
+    alignment : dict or None
+        Written under the JSON's top-level ``"alignment"`` key by ``check``: ``pairs`` (one row
+        per aligned pair: ``order``, ``reference``, ``candidate``, their types, ``source``
+        -- how it was matched: ``module_map``, ``weights``, ``parent`` or ``order`` --,
+        ``shape``, ``rel_err``, ``status``) and ``unaligned_reference`` /
+        ``unaligned_candidate`` (module names no source matched).
 
     Notes
     -----
@@ -189,6 +195,9 @@ class Report:
     timing: dict[str, float] = field(default_factory=dict)
     #: Extra data for notebooks and plots (not serialised): e.g. the aligned-module table.
     extras: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: The module alignment of layer parity (``check`` only; ``None`` when parity did not run):
+    #: ``{"pairs": [...], "unaligned_reference": [...], "unaligned_candidate": [...]}``.
+    alignment: dict[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -237,21 +246,27 @@ class Report:
         -------
         dict
             ``schema``, ``command``, ``status``, ``first_divergence`` (``None`` or its record,
-            metric values JSON-safe), ``findings`` (:meth:`Finding.to_dict`) and ``timing``
+            metric values JSON-safe), ``findings`` (:meth:`Finding.to_dict`), for ``check`` the
+            ``alignment`` table (:attr:`alignment`, ``None`` without parity) and ``timing``
             (seconds, rounded to 1 us). :attr:`extras` is not serialised.
         """
         fd = None
         if self.first_divergence is not None:
             fd = {k: (_jsonable(v) if k != "metric" else {mk: _jsonable(mv) for mk, mv in v.items()})
                   for k, v in self.first_divergence.items()}
-        return {
+        out = {
             "schema": SCHEMA,
             "command": self.command,
             "status": self.status,
             "first_divergence": fd,
             "findings": [f.to_dict() for f in self.findings],
-            "timing": {k: round(float(v), 6) for k, v in self.timing.items()},
         }
+        if self.command == "check":
+            out["alignment"] = None if self.alignment is None else {
+                k: [{rk: _jsonable(rv) for rk, rv in row.items()} if isinstance(row, dict) else _jsonable(row)
+                    for row in rows] for k, rows in self.alignment.items()}
+        out["timing"] = {k: round(float(v), 6) for k, v in self.timing.items()}
+        return out
 
     def _repr_html_(self) -> str:
         """The report as HTML (JupyterLab): status, findings table, first divergence highlighted,

@@ -453,3 +453,117 @@ def plot_audio_report(report, *, title: str | None = None):
         plot_spectrogram_difference(ref, cand, pair.sr_reference, axes=axes)
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------- decode (issue 14)
+
+
+def plot_decode_error_per_step(report, *, ax=None, title: str | None = None):
+    """Logit error ``||a-b||/||b||`` of each teacher-forced decode step (step 0: the prefill).
+
+    Parameters
+    ----------
+    report : Report
+        With the decode family run (``report.extras["decode"]``: ``steps``, ``rel_err``).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Log-scale y; errors below 1e-12 drawn at 1e-12.
+    """
+    import matplotlib.pyplot as plt
+
+    d = report.extras.get("decode", {})
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 3))
+    else:
+        fig = ax.figure
+    steps, errs = d.get("steps", []), [max(e, 1e-12) for e in d.get("rel_err", [])]
+    ax.plot(steps, errs, marker="o", ms=3, lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("decode step (0 = prefill)")
+    ax.set_ylabel("logits ||cand - ref|| / ||ref||")
+    ax.set_title(title or "decode parity: error per step")
+    fig.tight_layout()
+    return fig
+
+
+def plot_decode_step_by_layer(report, *, ax=None, title: str | None = None):
+    """The (step x layer) picture: each decoder layer's estimated output error at each step.
+
+    Parameters
+    ----------
+    report : Report
+        With the decode family run (``extras["decode"]``: ``layers``, ``layer_rel_err``).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        A heat map of ``log10(||a-b||/||b||)`` (floor 1e-12), steps down, layers across.
+    """
+    import math
+
+    import matplotlib.pyplot as plt
+
+    d = report.extras.get("decode", {})
+    grid = [[math.log10(max(e, 1e-12)) if e == e else float("nan") for e in row]
+            for row in d.get("layer_rel_err", [])]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+    else:
+        fig = ax.figure
+    if grid and grid[0]:
+        im = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
+        fig.colorbar(im, ax=ax, label="log10 ||cand - ref|| / ||ref||")
+        layers = d.get("layers", [])
+        ax.set_xticks(range(len(layers)), layers, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("decode step (0 = prefill)")
+    ax.set_title(title or "decode parity: step x layer")
+    fig.tight_layout()
+    return fig
+
+
+def save_check_plots(report, directory) -> list:
+    """Write the ``check --plot DIR`` figures that the report has data for.
+
+    Parameters
+    ----------
+    report : Report
+        From :func:`porting_kit.runner.run_check`.
+    directory : str or Path
+        Created when absent (the CLI refuses a path that is not a directory first).
+
+    Returns
+    -------
+    list of Path
+        Written PNG files, of: ``error_per_layer.png`` and ``error_per_module.png`` (parity),
+        ``decode_error_per_step.png`` and ``decode_step_by_layer.png`` (decode),
+        ``rope_error_vs_position.png`` (rope).
+    """
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
+
+    from porting_kit.fsutil import atomic_write
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    if len(report.extras.get("alignment") or []) > 0:
+        jobs += [("error_per_layer.png", plot_error_per_layer), ("error_per_module.png", plot_error_per_module)]
+    if report.extras.get("decode") is not None:
+        jobs += [("decode_error_per_step.png", plot_decode_error_per_step),
+                 ("decode_step_by_layer.png", plot_decode_step_by_layer)]
+    if len(report.extras.get("rope_error_vs_position") or []) > 0:
+        jobs.append(("rope_error_vs_position.png",
+                     lambda rep, ax: plot_rope_error_vs_position({"candidate": rep}, ax=ax)))
+    written = []
+    for name, fn in jobs:
+        # a Figure of its own (never pyplot): the user's matplotlib backend is left as it was
+        fig = Figure(figsize=(8, 4))
+        fn(report, ax=fig.subplots())
+        fig.tight_layout()
+        # atomic: a link or FIFO at the path is refused (InputError), never written through
+        atomic_write(out / name, lambda tmp, fig=fig: fig.savefig(tmp, dpi=100, format="png"), suffix=".png")
+        written.append(out / name)
+    return written

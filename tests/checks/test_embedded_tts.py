@@ -54,8 +54,10 @@ def _logits(variant=None, dtype=None):
 
 
 def test_variant_names_are_the_documented_ones():
-    # the LM-side variants, in order (the audio and TP issues add ``audio_*`` and ``tp_*`` ones)
-    assert [v for v in tts.VARIANTS if not v.startswith(("audio_", "tp_"))] == EXPECTED_VARIANTS
+    # the LM-side variants, in order (the audio, TP, sampling and decode issues add ``audio_*``,
+    # ``tp_*``, ``sampling_*`` and ``decode_*`` ones)
+    assert [v for v in tts.VARIANTS
+            if not v.startswith(("audio_", "tp_", "sampling_", "decode_"))] == EXPECTED_VARIANTS
     assert set(tts.PORT_OPTIONS) == set(EXPECTED_VARIANTS)
     assert tts.__doc__.strip().splitlines()[0].startswith("Tiny TTS")
 
@@ -78,6 +80,12 @@ def test_every_variant_changes_the_logits(variant):
     a, b = _logits(variant)
     diff = (a - b).abs()
     assert bool(diff.isnan().any()) or float(diff.max()) > 1e-3, float(diff.max())
+
+
+@pytest.mark.parametrize("variant", ["decode_position", "decode_kv_stale"])
+def test_decode_variants_leave_the_whole_sequence_forward_clean(variant):
+    a, b = _logits(variant)
+    torch.testing.assert_close(b, a)
 
 
 def test_no_fp32_upcast_shows_only_in_bf16():
