@@ -237,6 +237,8 @@ def check_output_dir(path: Path | str | None, *, what: str = "--out") -> None:
         return
     p = Path(path)
     kind = _kind(p)
+    if kind is None and p.exists():
+        kind = "a file, not a directory"
     if kind is not None and kind != "a directory":
         raise InputError(f"{what} {p}: is {kind}; give a directory (or a new path)")
     if _inside(p, _package_dir()):
