@@ -37,4 +37,18 @@ python3 -m venv --system-site-packages "$W/full"
 "$W/full/bin/porting-kit" check --example tts --only parity,hop
 "$W/full/bin/porting-kit" baseline record --example tts --out baselines
 "$W/full/bin/porting-kit" baseline compare --example tts --out baselines
+# a walkthrough copied out of the wheel runs to the end in a kernel of the wheel's environment
+"$W/full/bin/porting-kit" notebooks walk2 > /dev/null
+"$W/full/bin/python" - "$W" <<'PY'
+import sys
+import nbclient
+import nbformat
+nb = nbformat.read("walk2/01_layer_parity.ipynb", as_version=4)
+nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": "walk2"}}).execute()
+outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+errors = [o for o in outs if o.get("output_type") == "error"]
+pngs = sum("image/png" in o.get("data", {}) for o in outs)
+assert not errors and pngs, (errors, pngs)
+print(f"walkthrough 01 from the wheel: ran, {pngs} plot(s)")
+PY
 echo "wheel smoke: ok"
