@@ -494,7 +494,7 @@ def validate(path: Path | None = typer.Argument(None, metavar="PATH", show_defau
         report = run_validate(path, chosen or None, spec=str(spec) if spec else None, device=device,
                               prefer_real=not stored_only, model_type=model_type)
         ran = ",".join(chosen) if chosen else "all"
-        print_report(report, console, title=f"porting-kit validate ({ran})")
+        print_report(report, _report_console(json_path), title=f"porting-kit validate ({ran})")
         if json_path:
             report.write_json(json_path)
         return report.exit_code
