@@ -816,7 +816,7 @@ def _drift(ref: np.ndarray, cand: np.ndarray, sr: int, cmp: WaveformComparison) 
 
 
 #: Longest file ``read_audio`` accepts, in seconds: the comparison and its plots stay bounded.
-MAX_AUDIO_SECONDS = 600.0
+MAX_AUDIO_SECONDS = 300.0
 
 
 def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
