@@ -453,3 +453,17 @@ def test_corpus_size_and_outcomes():
     print(f"\ncorpus: {len(CASES)} cases; by command {dict(commands)}; by outcome {dict(outcomes)}")
     assert len(CASES) >= 150
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_audio_longer_than_the_cap_is_exit_2_before_reading(tmp_path, capsys):
+    """Bounded work: a file over MAX_AUDIO_SECONDS is refused from its header, not read."""
+    import numpy as np
+
+    from porting_kit.probes.waveform import MAX_AUDIO_SECONDS
+
+    sr = 1000
+    _write_wav(tmp_path / "long.wav", np.zeros(int(sr * (MAX_AUDIO_SECONDS + 1)), dtype="float32"), sr)
+    _write_wav(tmp_path / "short.wav", np.zeros(sr, dtype="float32"), sr)
+    assert main(["audio", str(tmp_path / "long.wav"), str(tmp_path / "short.wav")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "long.wav" in err[0] and f"{MAX_AUDIO_SECONDS:.0f} s cap" in err[0]
