@@ -127,7 +127,7 @@ def write_clip(path: str | Path, wav, sample_rate: int, sidecar: dict[str, Any],
     """
     import numpy as np
 
-    from porting_kit.fsutil import atomic_write_text
+    from porting_kit.fsutil import atomic_write, atomic_write_text
 
     path = Path(path)
     side = path.with_suffix(".json")
@@ -137,6 +137,9 @@ def write_clip(path: str | Path, wav, sample_rate: int, sidecar: dict[str, Any],
                          "(the old files are kept as .bak)")
     w = np.asarray(wav, dtype=np.float32)
     w = w[None, :] if w.ndim == 1 else w
+    # the clip and its sidecar land together: an error or Ctrl-C between them restores both
+    before = {p: (p.read_bytes() if p.is_file() else None) for p in (path, side)}
+    baks_before = set(path.parent.glob("*.bak*")) if path.parent.is_dir() else set()
     try:
         _atomic_write_audio(path, w.T, int(sample_rate), subtype, backup=force)
         meta = {"schema": SCHEMA, **sidecar, "sample_rate": int(sample_rate),
@@ -144,8 +147,17 @@ def write_clip(path: str | Path, wav, sample_rate: int, sidecar: dict[str, Any],
                 "duration_s": round(w.shape[1] / sample_rate, 6), "file": path.name,
                 "sha256": sha256_file(path), "versions": library_versions()}
         atomic_write_text(side, json.dumps(meta, indent=2, sort_keys=False) + "\n", backup=force)
-    except OSError as exc:
-        raise InputError(f"{path.parent}: cannot write baseline ({exc.strerror or exc})") from exc
+    except BaseException as exc:
+        for p, data in before.items():
+            if data is None:
+                p.unlink(missing_ok=True)
+            else:
+                atomic_write(p, lambda tmp, data=data: Path(tmp).write_bytes(data))
+        for bak in set(path.parent.glob("*.bak*")) - baks_before:
+            bak.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise InputError(f"{path.parent}: cannot write baseline ({exc.strerror or exc})") from exc
+        raise
     return [path, side]
 
 

@@ -62,3 +62,23 @@ def test_shipped_speech_clips_match_their_sidecars():
         assert "espeak-ng" in meta["provenance"] or "eSpeak" in meta["provenance"]
         total += clip.stat().st_size
     assert total < 400_000
+
+
+def test_interrupt_between_clip_and_sidecar_restores_the_old_baseline(tmp_path, monkeypatch):
+    """Ctrl-C after the clip and before its sidecar: both files as they were, no stray .bak."""
+    import porting_kit.fsutil as fsutil
+    from porting_kit.baseline import write_clip
+
+    import numpy as np
+
+    y = np.sin(np.linspace(0, 100, 2400)).astype("float32")
+    write_clip(tmp_path / "clip.wav", y, 24000, {"spec": "old"})
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def interrupted(path, text, *, backup=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fsutil, "atomic_write_text", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_clip(tmp_path / "clip.wav", y * 0.5, 24000, {"spec": "new"}, force=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
