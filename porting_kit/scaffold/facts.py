@@ -258,6 +258,10 @@ def read_model_facts(path: str | Path) -> ModelFacts:
         the scaffold reads has the wrong type or is not finite (:func:`check_values`).
     """
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"--config {p}: is a directory (pass the model's HF config.json)")
+    if p.exists() and not p.is_file():
+        raise InputError(f"--config {p}: not a regular file (a FIFO or a device); pass the model's HF config.json")
     if not p.is_file():
         raise InputError(f"config file not found: {p} (pass the model's HF config.json with --config)")
     try:
