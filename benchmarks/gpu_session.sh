@@ -37,7 +37,7 @@ python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch
 
 
 step pytest_gpu 120 python3 -m pytest -q -m gpu -p no:cacheprovider -ra
-step pytest_all 240 python3 -m pytest -q -p no:cacheprovider -ra -n "${XDIST:-8}"
+step pytest_all "${SUITE_S:-240}" python3 -m pytest -q -p no:cacheprovider -rfEs -v -n "${XDIST:-8}" --junitxml "$OUT/pytest_all.xml"
 # the summary line only (the whole log stays in pytest_all.log)
 [ -f "$OUT/pytest_all.log" ] && tail -n 1 "$OUT/pytest_all.log" | sed 's/^/pytest_all: /' | tee -a "$SUMMARY"
 
@@ -72,6 +72,7 @@ for v in ("graph_stale_output", "graph_shape_changed", "graph_capture_generator"
 PY
 step variants_bf16 90 python3 "$OUT/variants.py" bfloat16
 
+step scaffold_cuda 120 python3 benchmarks/scaffold_cuda.py "$OUT/scaffold_cuda" --device cuda
 step gpu_speed 40 python3 benchmarks/gpu_speed.py "$OUT/gpu_speed.md" --device cuda
 step dtype_matrix 60 python3 benchmarks/dtype_matrix.py --device cuda --seeds 2 \
   --out "$OUT/dtype_matrix_cuda.md"
