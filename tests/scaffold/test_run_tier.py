@@ -156,3 +156,18 @@ def test_missing_generated_file_is_an_input_error(tmp_path):
     (root / "vllm_omni/deploy/my_tts.yaml").unlink()
     with pytest.raises(InputError, match="my_tts.yaml not found"):
         _run(root)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES)
+def test_example_config_runs_on_cuda(tmp_path, shape):
+    """The run tier on a CUDA device (issue 13 point 2): the same four interleaved requests, an
+    abort and the dummy call, with the stage models and processors on the GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("gpu: CUDA not available (torch.cuda.is_available() is False)")
+    root = make_scaffold(tmp_path, shape)
+    findings = run_tier(root, load_manifests(root)[0], device="cuda")
+    assert _codes(findings) == ["run.ok"], [(f.code, f.message) for f in findings]
+    assert findings[0].evidence["device"] == "cuda" and findings[0].evidence["requests"] == 4
