@@ -592,3 +592,22 @@ def candidate_logits_processor(logits, input_ids, params):
 def candidate_sampler(logits, input_ids, params, generator):
     """The port's draw: token ids (batch, n_codebooks) from the request's ``generator``."""
     return _tts_sampling.sample(logits, input_ids, params, generator, _tts_sampling.faults_for(VARIANT))
+
+
+# --------------------------------------------------------------------------- feature names (issue 17.7)
+# Reference-audio features (the ``features`` family): the reference's Whisper-style log-mel from
+# transformers.audio_utils against the port's torch extractor, tts_features.py, with its planted
+# faults as ``features_*`` variants.
+from porting_kit.embedded import tts_features as _tts_features  # noqa: E402
+
+VARIANTS.update(_tts_features.FEATURE_VARIANTS)
+
+
+def reference_features(waveform, sample_rate):
+    """The reference processor's log-mel of a clip, (n_mels, frames) float64."""
+    return _tts_features.reference_features(waveform, sample_rate)
+
+
+def candidate_features(waveform, sample_rate):
+    """The port's log-mel of a clip, (n_mels, frames) float32 torch."""
+    return _tts_features.candidate_features(waveform, sample_rate, _tts_features.faults_for(VARIANT))
