@@ -35,11 +35,14 @@ factor 4 that the port drops). Values chosen so the faults show:
   cache drops its last token before a one-token step attends (``Attention.kv_drop_last``).
 * ``sampling_*`` (family ``sampling``): faults in the port's sampler,
   :mod:`porting_kit.embedded.tts_sampling`.
+* ``features_*`` (family ``features``): faults in the port's reference-audio log-mel extractor,
+  :mod:`porting_kit.embedded.tts_features`.
 
 Spec names: ``reference``, ``candidate``, ``candidate_tp``, ``inputs``, ``run_reference``,
 ``run_candidate``, ``reference_config``, ``candidate_config``, ``candidate_step``
 (the reference is stepped through its ``cache`` argument), ``sampling_params``,
-``candidate_logits_processor``, ``candidate_sampler``, ``sampling_vocab_size``, ``engine_model`` (the
+``candidate_logits_processor``, ``candidate_sampler``, ``sampling_vocab_size``, ``reference_features``,
+``candidate_features``, ``engine_model`` (the
 serving-side AR worker for the ``rng`` / ``lifecycle`` families: the embedded
 generator's clean model, so ``porting-kit check`` with no arguments runs every family
 that one CPU process can), the audio names below; models expose
