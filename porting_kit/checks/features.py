@@ -8,7 +8,9 @@ Codes, each named only when its hypothesis reproduces the candidate (measured by
 
 * ``features.resample`` - the time axis is scaled and the reference run with the clip declared
   at another rate reproduces the candidate: the port did not resample to the extractor's rate
-  (fit at the extractor's rate), or resampled from the wrong rate;
+  (fit at the extractor's rate), or resampled from the wrong rate; a ``warn`` (not a fail) when
+  the reference fed the clip resampled by another resampler (soxr, scipy polyphase or FFT)
+  reproduces the candidate: the same rate through another filter;
 * ``features.framing`` - frames shifted or the frame count off: the reference on the clip
   shifted by ``d`` samples reproduces the candidate's interior frames (``center=False`` against
   ``center=True``: ``d = n_fft / 2``), or only the edge frames differ (padding mode);
@@ -57,6 +59,9 @@ _CODES = {
     "per_bin_offset": ("features.mel_filterbank",
                        "Build the mel filters with the reference's norm (norm='slaney' area "
                        "normalisation or None)."),
+    "resampler": ("features.resample",
+                  "Resample with the processor's resampler (same library and filter) if the model "
+                  "was trained on its features; the difference is largest near the extractor's Nyquist."),
     "filter_centres": ("features.mel_filterbank",
                        "Build the mel filters with the reference's mel_scale ('slaney' vs 'htk'), "
                        "f_min/f_max and n_mels (e.g. copy the processor's mel_filters)."),
@@ -148,7 +153,8 @@ def _judge(cmp) -> Finding:
         code, hint = _CODES[fit.name]
         ev.update({"hypothesis": fit.name, "hypothesis_error": fit.error})
         ev.update(fit.evidence)
-        return Finding(P, code, "fail", f"Features differ ({shapes}, max abs error {cmp.max_abs_err:.3g}, "
+        status = "warn" if fit.name == "resampler" else "fail"
+        return Finding(P, code, status, f"Features differ ({shapes}, max abs error {cmp.max_abs_err:.3g}, "
                                         f"tolerance {cmp.tolerance:.3g}): {fit.detail}.",
                        ev, Where(), hint)
     tried = "; ".join(f"{h.name}: {h.detail}" for h in cmp.hypotheses) or "none applies to these shapes"

@@ -48,6 +48,11 @@ the error:
     the bin's centre frequency on each side. Centres that differ mean another mel scale
     (Slaney against HTK); each side's centres are matched to the Slaney, HTK and Kaldi scales
     (``transformers.audio_utils.hertz_to_mel``) to name them.
+``resampler``
+    Same shape; the reference fed the clip already resampled (to each common rate below the
+    clip's) by another resampler (soxr, ``scipy.signal.resample_poly``, FFT ``resample``)
+    reproduces the candidate: a legitimate but different resampling filter (a warning, not a fault
+    of the port's logic; different resamplers differ by up to 0.3 on the top mel bin here).
 
 Tolerance: ``FEATURE_TOL`` x the reference's value range, on the absolute error. Measured on
 the shipped clip (Whisper-style log-mel, 80 bins, n_fft 400, hop 160 at 16 kHz): a float32
@@ -299,7 +304,7 @@ def _hypotheses(ref: np.ndarray, cand: np.ndarray) -> list[Callable[[_Ctx], Hypo
         return [_source_rate]
     if fc != fr:
         return [_time_offset]
-    return [_edge_frames, _floor_only, _log_affine, _per_bin_offset, _filter_centres]
+    return [_edge_frames, _floor_only, _log_affine, _per_bin_offset, _filter_centres, _resampler]
 
 
 def _source_rate(c: _Ctx) -> Hypothesis:
@@ -414,6 +419,46 @@ def _per_bin_offset(c: _Ctx) -> Hypothesis | None:
     return Hypothesis("per_bin_offset", bool(fits), f"cand - ref is constant in time per mel bin "
                       f"(spread {spread:.3g}), offsets {min(offs):.4g} .. {max(offs):.4g} across bins",
                       spread, {"bin_offset_min": min(offs), "bin_offset_max": max(offs)})
+
+
+def _resamplers() -> dict[str, Callable[[np.ndarray, int, int], np.ndarray]]:
+    """Resamplers tried for the ``resampler`` hypothesis: name -> ``fn(waveform, sr_from, sr_to)``."""
+    from math import gcd
+
+    import librosa
+    from scipy.signal import resample, resample_poly
+
+    def poly(w, a, b):
+        g = gcd(a, b)
+        return resample_poly(w, b // g, a // g)
+
+    return {"soxr_hq": lambda w, a, b: librosa.resample(w, orig_sr=a, target_sr=b, res_type="soxr_hq"),
+            "scipy.resample_poly": poly,
+            "scipy.resample (FFT)": lambda w, a, b: resample(w, int(round(len(w) * b / a)))}
+
+
+def _resampler(c: _Ctx) -> Hypothesis | None:
+    """The candidate equals the reference fed the clip resampled by another resampler."""
+    best = (float("inf"), "", 0)
+    for rate in COMMON_RATES:
+        if rate >= c.sr:
+            continue
+        for name, fn in _resamplers().items():
+            y = np.asarray(fn(c.wav.astype(np.float64), c.sr, rate), np.float32)
+            out = c.run_ref(y, rate)
+            if out is None or out.shape != c.cand.shape:
+                break  # this rate is not the extractor's (or the processor refuses it)
+            err = _err(out, c.cand)[0]
+            if err < best[0]:
+                best = (err, name, rate)
+            if err <= c.tol:
+                return Hypothesis("resampler", True, f"the reference fed the clip resampled to {rate} Hz "
+                                  f"by {name} reproduces the candidate: the port resamples with another "
+                                  "filter than the processor", err, {"resampler": name, "target_rate": rate})
+    if not best[1]:
+        return None
+    return Hypothesis("resampler", False, f"no other resampler tried reproduces the candidate (closest "
+                      f"{best[1]} at {best[2]} Hz, error {best[0]:.3g})", best[0])
 
 
 def chirp(sample_rate: int, seconds: float = 4.0, f0: float = 30.0) -> tuple[np.ndarray, float, float]:

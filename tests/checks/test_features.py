@@ -100,6 +100,20 @@ def test_constant_padding_is_framing_at_the_edges():
     assert f.code == "features.framing" and f.evidence["hypothesis"] == "edge_frames"
 
 
+def test_another_resampler_is_a_warning_not_a_fault():
+    import librosa
+
+    def soxr(w, s):
+        return tf.candidate_features(librosa.resample(w, orig_sr=s, target_sr=16000, res_type="soxr_hq"), 16000)
+
+    report = run_check(_spec(soxr), only="features")
+    (f,) = report.findings
+    assert (f.code, f.status) == ("features.resample", "warn")
+    assert f.evidence["resampler"] == "soxr_hq" and f.evidence["target_rate"] == 16000
+    assert f.evidence["max_abs_err"] > f.evidence["tolerance_abs"]  # the filters do differ (0.27 on bin 79)
+    assert report.exit_code == 0
+
+
 def test_unexplained_difference_is_a_mismatch_naming_bin_and_frame():
     def noisy(w, s):
         out = tf.candidate_features(w, s).numpy().copy()
