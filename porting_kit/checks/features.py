@@ -21,7 +21,9 @@ Codes, each named only when its hypothesis reproduces the candidate (measured by
 * ``features.mel_filterbank`` - the mel filters differ: a per-bin constant gain (Slaney area
   normalisation on one side only), or other filter centres (mel scale: Slaney against HTK,
   measured with a chirp; evidence names the scale each side follows);
-* ``features.mismatch`` - the features differ and no hypothesis fits (worst mel bin and frame);
+* ``features.mel_filterbank`` also when the mel bin counts differ (``n_mels``);
+* ``features.mismatch`` - the features differ and no hypothesis fits (worst mel bin and frame),
+  or the candidate has NaN/Inf entries;
 * ``features.ok``; ``features.skipped`` (no ``reference_features`` / ``candidate_features``).
 
 Every finding's evidence carries both shapes, both frame counts, the max abs and relative
@@ -148,6 +150,19 @@ def _judge(cmp) -> Finding:
         return ok(P, f"The candidate's features of the {cmp.clip_samples}-sample clip match the "
                      f"reference's: {shapes}, max abs error {cmp.max_abs_err:.3g} "
                      f"(tolerance {cmp.tolerance:.3g}).", ev)
+    if cmp.reference_shape[0] != cmp.candidate_shape[0]:
+        ev.update({"reference_n_mels": cmp.reference_shape[0], "candidate_n_mels": cmp.candidate_shape[0]})
+        return Finding(P, "features.mel_filterbank", "fail",
+                       f"The candidate has {cmp.candidate_shape[0]} mel bins, the reference "
+                       f"{cmp.reference_shape[0]} ({shapes}).", ev, Where(),
+                       "Build the mel filters with the processor's n_mels (feature_size).")
+    if cmp.nonfinite:
+        ev.update({"nonfinite_entries": cmp.nonfinite, "worst_mel_bin": cmp.worst_bin,
+                   "worst_frame": cmp.worst_frame})
+        return Finding(P, "features.mismatch", "fail",
+                       f"The candidate's features have {cmp.nonfinite} NaN/Inf entries (first at mel bin "
+                       f"{cmp.worst_bin}, frame {cmp.worst_frame}; {shapes}).", ev, Where(),
+                       "Clamp before the log (log(max(x, mel_floor))) and check the STFT input is finite.")
     fit = cmp.fit
     if fit is not None:
         code, hint = _CODES[fit.name]

@@ -131,6 +131,8 @@ class FeatureComparison:
         Where ``max_abs_err`` occurs.
     transposed : bool
         The candidate was read as ``(frames, n_mels)`` (its shape was the reference's transposed).
+    nonfinite : int
+        NaN/Inf entries in the candidate (no hypothesis is tried then).
     hypotheses : list of Hypothesis
         Those tried, in order; the last one fits when any does.
     """
@@ -145,6 +147,7 @@ class FeatureComparison:
     worst_bin: int
     worst_frame: int
     transposed: bool = False
+    nonfinite: int = 0
     hypotheses: list[Hypothesis] = field(default_factory=list)
 
     @property
@@ -255,7 +258,8 @@ def compare_features(reference_fn: FeatureFn, candidate_fn: FeatureFn, waveform:
     tol = FEATURE_TOL * max(span, 1e-6)
     err, b, f = _err(ref, cand)
     cmp = FeatureComparison(ref.shape, cand.shape, int(sample_rate), int(len(waveform)), tol,
-                            err, err / max(span, 1e-30), b, f, transposed)
+                            err, err / max(span, 1e-30), b, f, transposed,
+                            int((~np.isfinite(cand)).sum()))
     if cmp.matches or ref.shape[0] != cand.shape[0] or not np.all(np.isfinite(cand)):
         return cmp
     ctx = _Ctx(reference_fn, candidate_fn, np.asarray(waveform, np.float32), int(sample_rate),

@@ -125,6 +125,25 @@ def test_unexplained_difference_is_a_mismatch_naming_bin_and_frame():
     assert (f.evidence["worst_mel_bin"], f.evidence["worst_frame"]) == (7, 109)
 
 
+def test_log_floor_1e5_for_1e10_is_a_log_floor_fault():
+    f = _one(_spec(lambda w, s: _torch_logmel(w, s, floor=1e-5)))
+    assert f.code == "features.log_floor" and f.evidence["hypothesis"] == "floor_only"
+    assert f.evidence["candidate_floor"] == pytest.approx(-0.25)  # (log10(1e-5) + 4) / 4
+
+
+def test_nan_entries_and_n_mels_are_named():
+    def nan(w, s):
+        out = tf.candidate_features(w, s).clone()
+        out[3, 5] = float("nan")
+        return out
+
+    f = _one(_spec(nan))
+    assert f.code == "features.mismatch" and f.evidence["nonfinite_entries"] == 1
+    assert (f.evidence["worst_mel_bin"], f.evidence["worst_frame"]) == (3, 5)
+    f = _one(_spec(lambda w, s: tf.candidate_features(w, s)[:64]))
+    assert f.code == "features.mel_filterbank" and f.evidence["candidate_n_mels"] == 64
+
+
 def test_frames_by_mels_layout_and_transposed_candidate():
     f = _one(_spec(lambda w, s: tf.candidate_features(w, s).T))  # (frames, n_mels) against (n_mels, frames)
     assert f.code == "features.ok" and f.evidence["candidate_transposed"] is True
