@@ -11,8 +11,9 @@ Codes, each named only when its hypothesis reproduces the candidate (measured by
   (fit at the extractor's rate), or resampled from the wrong rate; a ``warn`` (not a fail) when
   the reference fed the clip resampled by another resampler (soxr, scipy polyphase or FFT)
   reproduces the candidate: the same rate through another filter;
-* ``features.framing`` - frames shifted or the frame count off: the reference on the clip
-  shifted by ``d`` samples reproduces the candidate's interior frames (``center=False`` against
+* ``features.framing`` - frames shifted or the frame count off: the frames agree unshifted
+  (frames added or dropped at the end), or the reference on the clip shifted by ``d`` samples
+  reproduces the candidate's interior frames (``center=False`` against
   ``center=True``: ``d = n_fft / 2``), or only the edge frames differ (padding mode);
 * ``features.log_floor`` - a different log floor or clamp (every differing entry sits at the
   floor of one side: ``log(max(x, 1e-5))`` against ``1e-10``, Whisper's dynamic-range clamp

@@ -114,6 +114,12 @@ def test_another_resampler_is_a_warning_not_a_fault():
     assert report.exit_code == 0
 
 
+def test_a_dropped_last_frame_is_framing():
+    f = _one(_spec(lambda w, s: tf.candidate_features(w, s)[:, :-1]))  # Whisper's log_spec[:, :-1]
+    assert f.code == "features.framing"
+    assert (f.evidence["offset_samples"], f.evidence["frame_count_difference"]) == (0, -1)
+
+
 def test_unexplained_difference_is_a_mismatch_naming_bin_and_frame():
     def noisy(w, s):
         out = tf.candidate_features(w, s).numpy().copy()
