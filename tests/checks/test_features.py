@@ -208,3 +208,18 @@ def test_bad_feature_output_is_exit_2(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and "expected (n_mels, frames)" in r.stderr
+
+
+WHISPER = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "whisper_features.py")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant,code", [
+    (None, "features.ok"), ("keep_last_frame", "features.framing"), ("htk_mel", "features.mel_filterbank"),
+    ("no_resample", "features.resample"), ("no_clamp", "features.log_floor"),
+])
+def test_real_whisper_feature_extractor_pair(variant, code):
+    (f,) = run_check(WHISPER, variant=variant, only="features").findings
+    assert f.code == code
+    if variant is None:
+        assert f.evidence["max_abs_err"] < 1e-5 and f.evidence["reference_frames"] == 314
