@@ -224,7 +224,8 @@ def load_spec(path: str | Path | None = None, *, example: str | None = None,
         Missing or unreadable file, import failure, unknown example or
         variant, or a spec with neither the parity trio nor a generator-style
         name (``engine_model`` / ``synthesize_candidate``) nor the three audio names
-        (``codes`` / ``decode_reference`` / ``decode_candidate``). A spec that defines
+        (``codes`` / ``decode_reference`` / ``decode_candidate``) nor the two feature names
+        (``reference_features`` / ``candidate_features``). A spec that defines
         some but not all of the parity trio and nothing else is also rejected,
         naming the missing function.
     """
