@@ -17,7 +17,7 @@ from porting_kit.spec import Spec, load_spec
 
 #: Family prefix -> module under porting_kit.checks, in run order (static config first,
 #: then parity, the diagnoses that explain its divergence, tensor-parallel parity, decode steps and
-#: sampling, audio, then the engine contract).
+#: sampling, audio and reference-audio features, then the engine contract).
 FAMILIES: dict[str, str] = {
     "config": "config",
     "parity": "parity",
@@ -28,6 +28,7 @@ FAMILIES: dict[str, str] = {
     "sampling": "sampling",
     "hop": "hop",
     "channel": "channel",
+    "features": "features",
     "dtype": "dtype",
     "batch": "batch",
     "rng": "rng",

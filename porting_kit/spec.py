@@ -17,7 +17,10 @@ the decode names ``decode_steps``, ``candidate_step`` / ``reference_step``
 generator-style names (``engine_model`` or ``synthesize_candidate``) is valid:
 parity is then reported as ``skip``. So is a spec with only the audio names
 (``codes``, ``decode_reference``, ``decode_candidate``): the audio families run,
-every other family reports ``skip`` with its reason.
+every other family reports ``skip`` with its reason; and one with only the feature
+names ``reference_features(waveform, sample_rate)`` / ``candidate_features(waveform,
+sample_rate)`` (optional ``feature_clip``, ``feature_layout``;
+:mod:`porting_kit.probes.features`), which any spec may add for the ``features`` family.
 
 Variants (planted faults)
 -------------------------
@@ -47,6 +50,8 @@ PARITY_NAMES = ("reference", "candidate", "inputs")
 GENERATOR_NAMES = ("engine_model", "synthesize_candidate")
 #: The audio names that let the audio families (hop, channel, dtype) run on their own.
 AUDIO_NAMES = ("codes", "decode_reference", "decode_candidate")
+#: The reference-audio feature names that let the ``features`` family run on their own.
+FEATURE_NAMES = ("reference_features", "candidate_features")
 
 #: Embedded examples: name -> module path. The first is the default.
 EMBEDDED = {
@@ -219,7 +224,8 @@ def load_spec(path: str | Path | None = None, *, example: str | None = None,
         Missing or unreadable file, import failure, unknown example or
         variant, or a spec with neither the parity trio nor a generator-style
         name (``engine_model`` / ``synthesize_candidate``) nor the three audio names
-        (``codes`` / ``decode_reference`` / ``decode_candidate``). A spec that defines
+        (``codes`` / ``decode_reference`` / ``decode_candidate``) nor the two feature names
+        (``reference_features`` / ``candidate_features``). A spec that defines
         some but not all of the parity trio and nothing else is also rejected,
         naming the missing function.
     """
@@ -304,8 +310,9 @@ def _validate(spec: Spec) -> None:
         if not callable(spec.get(n)):
             raise InputError(f"{spec.name}: `{n}` must be a function")
     has_audio = len(audio) == len(AUDIO_NAMES)
+    has_features = all(callable(spec.get(n)) for n in FEATURE_NAMES)
     missing = [n for n in PARITY_NAMES if n not in present]
-    if missing and not has_generator and not has_audio:
+    if missing and not has_generator and not has_audio and not has_features:
         if present:
             raise InputError(f"{spec.name}: spec lacks required {', '.join(m + '()' for m in missing)}")
         if audio:

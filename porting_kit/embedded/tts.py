@@ -35,11 +35,14 @@ factor 4 that the port drops). Values chosen so the faults show:
   cache drops its last token before a one-token step attends (``Attention.kv_drop_last``).
 * ``sampling_*`` (family ``sampling``): faults in the port's sampler,
   :mod:`porting_kit.embedded.tts_sampling`.
+* ``features_*`` (family ``features``): faults in the port's reference-audio log-mel extractor,
+  :mod:`porting_kit.embedded.tts_features`.
 
 Spec names: ``reference``, ``candidate``, ``candidate_tp``, ``inputs``, ``run_reference``,
 ``run_candidate``, ``reference_config``, ``candidate_config``, ``candidate_step``
 (the reference is stepped through its ``cache`` argument), ``sampling_params``,
-``candidate_logits_processor``, ``candidate_sampler``, ``sampling_vocab_size``, ``engine_model`` (the
+``candidate_logits_processor``, ``candidate_sampler``, ``sampling_vocab_size``, ``reference_features``,
+``candidate_features``, ``engine_model`` (the
 serving-side AR worker for the ``rng`` / ``lifecycle`` families: the embedded
 generator's clean model, so ``porting-kit check`` with no arguments runs every family
 that one CPU process can), the audio names below; models expose
@@ -592,3 +595,22 @@ def candidate_logits_processor(logits, input_ids, params):
 def candidate_sampler(logits, input_ids, params, generator):
     """The port's draw: token ids (batch, n_codebooks) from the request's ``generator``."""
     return _tts_sampling.sample(logits, input_ids, params, generator, _tts_sampling.faults_for(VARIANT))
+
+
+# --------------------------------------------------------------------------- feature names (issue 17.7)
+# Reference-audio features (the ``features`` family): the reference's Whisper-style log-mel from
+# transformers.audio_utils against the port's torch extractor, tts_features.py, with its planted
+# faults as ``features_*`` variants.
+from porting_kit.embedded import tts_features as _tts_features  # noqa: E402
+
+VARIANTS.update(_tts_features.FEATURE_VARIANTS)
+
+
+def reference_features(waveform, sample_rate):
+    """The reference processor's log-mel of a clip, (n_mels, frames) float64."""
+    return _tts_features.reference_features(waveform, sample_rate)
+
+
+def candidate_features(waveform, sample_rate):
+    """The port's log-mel of a clip, (n_mels, frames) float32 torch."""
+    return _tts_features.candidate_features(waveform, sample_rate, _tts_features.faults_for(VARIANT))

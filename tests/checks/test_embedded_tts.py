@@ -55,9 +55,9 @@ def _logits(variant=None, dtype=None):
 
 def test_variant_names_are_the_documented_ones():
     # the LM-side variants, in order (the audio, TP, sampling and decode issues add ``audio_*``,
-    # ``tp_*``, ``sampling_*`` and ``decode_*`` ones)
+    # ``tp_*``, ``sampling_*``, ``decode_*`` and ``features_*`` ones)
     assert [v for v in tts.VARIANTS
-            if not v.startswith(("audio_", "tp_", "sampling_", "decode_"))] == EXPECTED_VARIANTS
+            if not v.startswith(("audio_", "tp_", "sampling_", "decode_", "features_"))] == EXPECTED_VARIANTS
     assert set(tts.PORT_OPTIONS) == set(EXPECTED_VARIANTS)
     assert tts.__doc__.strip().splitlines()[0].startswith("Tiny TTS")
 
