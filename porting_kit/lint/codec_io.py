@@ -4,8 +4,8 @@ PK403: special tokens clamped or mapped to code 0 right before the decode. A
 codes tensor clamped from above (``codes.clamp(0, codebook_size - 1)``,
 ``torch.clamp(codes, max=...)``) or with its out-of-range entries mapped to 0
 (``codes[codes >= codebook_size] = 0``, ``torch.where(codes >= vocab, 0, codes)``,
-``codes.masked_fill(codes >= vocab, 0)``) and then passed to a codec call in the same
-function turns EOS / pad frames into real audio frames: a click or a burst of noise at
+``codes.masked_fill(codes >= vocab, 0)``; the result under any name) and then passed to a
+codec call in the same function turns EOS / pad frames into real audio frames: a click or a burst of noise at
 the end of every clip. Flagged only when the function never cuts those frames off
 again: its text mentions no length, mask, valid count, trim, EOS or stop term
 (``audio_lengths``, ``valid``, ``mask``, ``eos``, ``trim`` ...). A lower clamp alone
@@ -133,9 +133,8 @@ def _special_token_maps(func: ast.AST) -> list[tuple[ast.AST, str]]:
                     found.append((node, name))
                 continue
             name = _upper_clamp(node.value) or _mapped_to_zero(node.value)
-            out = _codes_name(target)
-            if name is not None and out is not None:
-                found.append((node, out))
+            if name is not None and target.__class__ in (ast.Name, ast.Attribute):
+                found.append((node, dotted(target)))  # `safe = codes.clamp(...)` decodes `safe`
         elif cls is ast.Expr:
             name = _upper_clamp(node.value)
             if name is not None and node.value.func.attr.endswith("_"):

@@ -40,6 +40,30 @@ CASES = [
                 del self.caches[req_id]
                 return out
         """),
+    ("PK205", """
+        class Code2Wav:
+            def forward(self, codes, info):  # async_chunk: called once per chunk of a request
+                state = self._decoder_cache.pop(info["global_request_id"], None)
+                return self.codec.decode(codes, state)
+        """, """
+        class Code2Wav:
+            def forward(self, codes, info):  # async_chunk: called once per chunk of a request
+                state = self._decoder_cache.get(info["global_request_id"])
+                if info.get("finished"):
+                    self._decoder_cache.pop(info["global_request_id"], None)
+                return self.codec.decode(codes, state)
+        """),
+    ("PK403", """
+        import torch
+        def code2wav(self, audio_codes):
+            safe = torch.clamp(audio_codes, max=self.codebook_size - 1)
+            return self.codec.decode(safe.unsqueeze(0))
+        """, """
+        import torch
+        def code2wav(self, audio_codes):
+            safe = torch.clamp(audio_codes[:, : self.num_frames], max=self.codebook_size - 1)
+            return self.codec.decode(safe.unsqueeze(0))
+        """),
     ("PK403", """
         class Code2Wav:
             def forward(self, codes):
