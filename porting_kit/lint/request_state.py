@@ -164,11 +164,12 @@ _END_WORDS = frozenset({"finish", "finished", "finishing", "last", "final", "don
                         "cancel", "cancelled", "canceled", "expired", "stale", "flush", "close", "closed",
                         "exhausted", "remaining", "eof", "timeout", "evict", "evicted", "free", "fail", "failed",
                         "failure", "dead", "orphan", "orphaned"})
-#: Function-name words of teardown code (popping there is the right place).
-_TEARDOWN = re.compile(r"(finish|cleanup|clean_up|release|free|evict|abort|remove|reset|close|clear|drop|"
-                       r"end|done|stop|cancel|teardown|expire|discard|flush|gc|delete|pop|purge|prune|new|start|init|begin|"
-                       r"register|setup|prepare|open|fail|error)",
-                       re.IGNORECASE)
+#: Function-name words of teardown / setup code (popping there is the right place).
+_TEARDOWN = frozenset({"finish", "finished", "cleanup", "clean", "release", "free", "evict", "abort", "remove",
+                       "reset", "close", "clear", "drop", "end", "done", "stop", "cancel", "teardown", "expire",
+                       "discard", "flush", "gc", "delete", "pop", "purge", "prune", "start", "init", "begin",
+                       "register", "setup", "prepare", "open", "fail", "error", "finalize", "complete"})
+_NEW_REQUEST = re.compile(r"new_req", re.IGNORECASE)
 
 
 def _ends_stream(node: ast.AST) -> bool:
@@ -189,7 +190,7 @@ def _handles_chunk(lin, func: ast.AST) -> bool:
     if not ("chunk" in name or "stream" in name or any("chunk" in p.lower() for p in params)
             or (name == "forward" and "chunk" in lin.source_of(func))):
         return False
-    if _TEARDOWN.search(name):
+    if _TEARDOWN.intersection(name.strip("_").split("_")) or _NEW_REQUEST.search(name):
         return False
     stack = list(func.body)
     while stack:
@@ -206,7 +207,7 @@ def _live_request_key(attr: str, key: ast.AST) -> bool:
     not a ``completed_ids`` / ``finished_requests`` bookkeeping dict."""
     if not any(_REQUEST_WORD.search(w) for w in names_in(key)):
         return False
-    return not _ends_stream(key) and not _ends_stream(ast.Name(id=attr))
+    return not _ends_stream(key) and not _END_WORDS.intersection(re.split(r"[_\W]+", attr.lower()))
 
 
 def _dropped_state(stmt: ast.AST) -> list[tuple[ast.AST, str]]:

@@ -225,7 +225,7 @@ def on_if(lin, node: ast.AST) -> None:
         more samples than channels, a chunk may not. A test whose other branch raises
         validates a declared layout and is left alone.
     """
-    if "PK604" not in lin.enabled or getattr(node, "pk604_elif", False):
+    if "PK604" not in lin.enabled:
         return
     name = _guessed_array(node.test)
     if name is None or not _in_chunk_handler(lin, name):
@@ -241,7 +241,5 @@ def on_if(lin, node: ast.AST) -> None:
         guess = _picks_axis(body, name) or _picks_axis(orelse, name)
     if not guess:
         return
-    if node.__class__ is ast.If and len(node.orelse) == 1 and node.orelse[0].__class__ is ast.If:
-        node.orelse[0].pk604_elif = True  # one finding per if/elif chain
     lin.report("PK604", node, f"axis of `{name}` guessed from its shape in a stream chunk: a chunk with fewer "
                               "samples (frames) than channels (codebooks) takes the wrong axis")
