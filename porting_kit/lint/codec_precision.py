@@ -67,7 +67,18 @@ def decorator_autocast(node: ast.FunctionDef) -> int:
     return 1 if any(_is_autocast_call(d) for d in node.decorator_list) else 0
 
 
-def _is_codec(name: str) -> bool:
+def is_codec(name: str) -> bool:
+    """Whether the dotted callee ``name`` is a codec / vocoder / audio decoder (module docstring).
+
+    Parameters
+    ----------
+    name : str
+        A dotted call name (``self.codec.decode``).
+
+    Returns
+    -------
+    bool
+    """
     if _CODEC.search(name):
         return True
     head, _, last = name.rpartition(".")
@@ -86,7 +97,7 @@ def on_call_under_autocast(lin, node: ast.Call) -> None:
         ``autocast`` / ``.float`` / ``.to`` call.
     """
     name = dotted(node.func)
-    if _is_codec(name) and not name.endswith(("autocast", ".float", ".to")):
+    if is_codec(name) and not name.endswith(("autocast", ".float", ".to")):
         lin.report("PK401", node, f"`{name}(...)` runs under torch.autocast: the codec decodes in 16-bit")
 
 

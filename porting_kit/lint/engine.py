@@ -18,6 +18,7 @@ from pathlib import PurePath
 
 from porting_kit.lint import (
     adapter_build,
+    codec_io,
     codec_precision,
     global_rng,
     host_sync,
@@ -226,6 +227,8 @@ class Linter:
         self.is_test = test_markers.is_test_path(path)
         self.imports_torch = "torch" in text
         self._meta_hint: bool | None = None
+        self._lines: list[str] | None = None
+        self._file_has: dict = {}
         self.marks = test_markers.MarkState() if self.is_test else None
         self.build_stack: list = []
         self.frame = Frame("module", "<module>", tree, None)
@@ -236,7 +239,7 @@ class Linter:
             ast.While: Linter._while, ast.With: Linter._with, ast.AsyncWith: Linter._with,
             ast.ListComp: Linter._comp, ast.SetComp: Linter._comp, ast.DictComp: Linter._comp,
             ast.GeneratorExp: Linter._comp, ast.Call: Linter._call, ast.BoolOp: Linter._boolop,
-            ast.If: Linter._if, ast.IfExp: Linter._test_stmt, ast.Assert: Linter._test_stmt,
+            ast.If: Linter._if, ast.IfExp: Linter._ifexp, ast.Assert: Linter._test_stmt,
             ast.UnaryOp: Linter._unary, ast.Assign: Linter._assign, ast.AnnAssign: Linter._assign,
             ast.Yield: Linter._yield, ast.YieldFrom: Linter._yield,
         }
@@ -285,6 +288,43 @@ class Linter:
             self._meta_hint = "PreTrainedModel):" in t or any(
                 s in t for s in ("init_empty_weights", '"meta"', "'meta'"))
         return self._meta_hint
+
+    def file_has(self, words: tuple[str, ...]) -> bool:
+        """Whether the file's lower-cased text contains any of ``words``; cached per tuple.
+
+        Parameters
+        ----------
+        words : tuple of str
+            Lower-case substrings (``("latency", "lookahead")``).
+
+        Returns
+        -------
+        bool
+        """
+        hit = self._file_has.get(words)
+        if hit is None:
+            lower = self._file_has.get("")
+            if lower is None:
+                lower = self._file_has[""] = self.text.lower()
+            hit = self._file_has[words] = any(w in lower for w in words)
+        return hit
+
+    def source_of(self, node: ast.AST) -> str:
+        """The source lines of ``node`` (a function or statement), comments included.
+
+        Parameters
+        ----------
+        node : ast.AST
+            Any node with ``lineno`` / ``end_lineno``.
+
+        Returns
+        -------
+        str
+            Its whole lines joined with newlines.
+        """
+        if self._lines is None:
+            self._lines = self.text.splitlines()
+        return "\n".join(self._lines[node.lineno - 1:getattr(node, "end_lineno", None) or node.lineno])
 
     # ---- traversal -------------------------------------------------------
     def run(self) -> list[LintFinding]:
@@ -374,6 +414,9 @@ class Linter:
         frame.per_request = frame.hot or (parent.kind != "module" and (
             name.startswith(("sample", "_sample")) or "generate" in name or "stream" in name or name == "step"))
         frame.autocast = codec_precision.decorator_autocast(node)
+        if self.model_code:
+            codec_io.on_function(self, node)
+            request_state.on_function(self, node)
         truthiness.on_function_enter(self, frame, node)
         build = adapter_build.on_function_enter(self, frame, node) if self.model_code else None
         self.frame = frame
@@ -476,6 +519,8 @@ class Linter:
         training = test.__class__ is ast.Attribute and test.attr == "training" or (
             test.__class__ is ast.BoolOp and isinstance(test.op, ast.And)
             and any(v.__class__ is ast.Attribute and v.attr == "training" for v in test.values))
+        if self.model_code:
+            stereo.on_if(self, node)
         frame = self.frame
         body_drop, else_drop = truthiness.isinstance_split(test, frame)
         frame.training += training
@@ -488,6 +533,11 @@ class Linter:
         frame.tensors |= else_drop
         if _not_training_guard(node):
             frame.training += 1  # `if not self.training: return x` - the rest of the function is training-only
+
+    def _ifexp(self, node: ast.IfExp) -> None:
+        if self.model_code:
+            stereo.on_if(self, node)
+        self._test_stmt(node)
 
     def _unary(self, node: ast.UnaryOp) -> None:
         if node.op.__class__ is ast.Not:

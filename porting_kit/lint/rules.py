@@ -10,7 +10,7 @@ prefix     family                      module
 ``PK1xx``  tensor truthiness           :mod:`porting_kit.lint.truthiness`
 ``PK2xx``  per-request state           :mod:`porting_kit.lint.request_state`
 ``PK3xx``  host-device sync            :mod:`porting_kit.lint.host_sync`
-``PK4xx``  codec precision             :mod:`porting_kit.lint.codec_precision`
+``PK4xx``  codec precision, codec I/O  :mod:`porting_kit.lint.codec_precision`, :mod:`~.codec_io`
 ``PK5xx``  global RNG                  :mod:`porting_kit.lint.global_rng`
 ``PK6xx``  stereo flattening, axes     :mod:`porting_kit.lint.stereo`
 ``PK7xx``  RoPE buffers, RoPE config   :mod:`porting_kit.lint.rope_buffers`
@@ -71,6 +71,9 @@ RULES: dict[str, Rule] = {r.code: r for r in (
          "require `global_request_id`; raise if it is missing instead of falling back to id()"),
     Rule("PK204", "per-request generator/stream state not keyed by the request id",
          "key the dict by `info['global_request_id']` and pop it in on_requests_finished()"),
+    Rule("PK205", "per-request streaming state popped in a chunk handler without a finished / last-chunk guard",
+         "pop it only when the request finishes (`if is_last:` / on_requests_finished()); read it with .get() "
+         "per chunk"),
     # PK3xx host-device sync
     Rule("PK301", "host-device sync (.item()/.cpu()/.tolist()/.numpy()) inside a loop of a hot path",
          "keep values on the device (torch.where, dst.copy_(src)); move one tensor to the host after the loop"),
@@ -81,6 +84,14 @@ RULES: dict[str, Rule] = {r.code: r for r in (
          "run the codec in float32: wrap it in `torch.autocast(device_type, enabled=False)`"),
     Rule("PK402", "codec / vocoder / decoder cast to half precision",
          "keep the codec in float32 (`.float()`); cast its input, not the module"),
+    Rule("PK403", "codes clamped or mapped to code 0 and decoded, with no length / EOS cut (special tokens "
+                  "become audio frames)",
+         "cut the codes at EOS (or keep per-request lengths) before the decode; clamp only what is left",
+         "warn"),
+    Rule("PK404", "stream trim = context frames x samples per frame, in a file that never names the decoder's "
+                  "latency or causality",
+         "for a decoder that looks ahead, decode with right context and trim its latency too; if it is "
+         "causal, say so (a `causal` comment or flag) and suppress with `# noqa: PK404`", "warn"),
     # PK5xx global RNG
     Rule("PK501", "global RNG seeded in model code",
          "draw from a per-request `torch.Generator`; if upstream needs the global RNG, save and restore "
@@ -95,6 +106,9 @@ RULES: dict[str, Rule] = {r.code: r for r in (
     Rule("PK603", "resampler called on a transposed (samples, channels) waveform without axis=",
          "resample the (channels, samples) array along its last axis, or pass axis=0 / dim=0 for "
          "(samples, channels)"),
+    Rule("PK604", "channel axis guessed from the array's shape (`if wav.shape[0] < wav.shape[1]: wav = wav.T`)",
+         "take the layout from where the array comes from (the decoder's output, soundfile's "
+         "(samples, channels)) and convert once", "warn"),
     # PK7xx RoPE buffers
     Rule("PK701", "non-persistent inv_freq buffer in a module built on the meta device, never re-initialised",
          "recompute inv_freq after loading (in load_weights / _init_weights) or name the class "
