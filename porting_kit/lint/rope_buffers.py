@@ -24,6 +24,7 @@ and is flagged wherever it lives.
 from __future__ import annotations
 
 import ast
+import re
 
 from porting_kit.lint.astutil import const_str, dotted, is_false, keyword
 
@@ -120,6 +121,19 @@ def on_assign(lin, node: ast.AST) -> None:
                 state.reinit = True
 
 
+#: ``init.copy_(module.inv_freq, ...)``, ``module.inv_freq = ...``, ``module.inv_freq.copy_(...)``:
+#: a model's ``_init_weights`` (or loader) re-initialising a rotary module's buffer from outside
+#: the rotary class (transformers 5's own modeling files do this per module class).
+_OUTSIDE_REINIT = re.compile(r"copy_\(\s*(?!self\.)[A-Za-z_][\w.]*\.inv_freq\b"
+                             r"|(?<![\w.])(?!self\.)[A-Za-z_]\w*\.inv_freq(?:\.data)?\s*(?:=(?!=)|\.copy_\()")
+
+
+def _file_reinits_other_modules(text: str) -> bool:
+    """Whether the file writes some module's ``inv_freq`` from outside that module (see
+    :data:`_OUTSIDE_REINIT`); then a class without its own re-initialisation is not flagged."""
+    return _OUTSIDE_REINIT.search(text) is not None
+
+
 def on_class_exit(lin, frame) -> None:
     """Report PK701 for a class's non-persistent ``inv_freq`` that nothing re-initialises.
 
@@ -149,7 +163,7 @@ def on_class_exit(lin, frame) -> None:
             lin.report("PK701", node, f"{frame.name} keeps original_inv_freq but its name lacks "
                                       "'RotaryEmbedding', so transformers' _init_weights never re-initialises it")
         return
-    if not lin.meta_hint():
+    if not lin.meta_hint() or _file_reinits_other_modules(lin.text):
         return
     for node in state.candidates:
         lin.report("PK701", node, f"{frame.name}.inv_freq is non-persistent and never re-initialised: "

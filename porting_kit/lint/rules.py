@@ -115,7 +115,7 @@ RULES: dict[str, Rule] = {r.code: r for r in (
          "*RotaryEmbedding and keep `original_inv_freq` so transformers re-initialises it"),
     Rule("PK702", "rope_theta / rope_scaling read with a fallback, and rope_parameters never read",
          "read config.rope_parameters['rope_theta'] (transformers 5), falling back to the attribute "
-         "only for old configs"),
+         "only for old configs", "warn"),
     # PK8xx optional-dependency fallback
     Rule("PK801", "optional-dependency fallback patch applied at module import time",
          "move the try/except ImportError patch into load_weights() (or the first call that needs it)"),

@@ -125,6 +125,20 @@ EXPECTED_STREAM_RULE_FINDINGS = [
     # artifact at the end of the audio".
     ("sglang_omni/models/higgs_tts/vocoder_scheduler.py", 509, "PK403"),
 ]
+#: The stereo / RoPE-buffer / RoPE-config rules (PK6xx, PK7xx) over the same files, as (path, line, code):
+EXPECTED_FIELD_RULE_FINDINGS = [
+    # Qwen2MoTForCausalLM is a transformers PreTrainedModel; BagelRotaryEmbedding keeps a non-persistent
+    # inv_freq with no original_inv_freq and no _init_weights re-initialises it, so a from_pretrained
+    # (meta-device) build leaves it garbage. vLLM-Omni's own Bagel pipeline constructs the model directly.
+    ("vllm_omni/diffusion/models/bagel/bagel_transformer.py", 168, "PK701"),
+    # Mistral encoder: text_config.rope_theta read with a 1e6 fallback and rope_parameters never read.
+    ("vllm_omni/diffusion/models/mistral_encoder/mistral_encoder.py", 335, "PK702"),
+    # The 12 Hz tokenizer's decoder rotary class is spelled "Rotatory": transformers' _init_weights matches
+    # "RotaryEmbedding" in the class name, so its original_inv_freq contract is never honoured.
+    ("vllm_omni/model_executor/models/qwen3_tts/tokenizer_12hz/modeling_qwen3_tts_tokenizer_v2.py", 300, "PK701"),
+    # VoxCPM2's MiniCPM4 backbone: lm_cfg.rope_theta read with a 10000 fallback, rope_parameters never read.
+    ("vllm_omni/model_executor/models/voxcpm2/minicpm4_paged.py", 244, "PK702"),
+]
 
 
 @pytest.mark.slow
@@ -141,3 +155,20 @@ def test_stream_rules_over_every_shipped_python_file(trees, capsys):
         found.append((Path(path).relative_to(tree).as_posix(), int(lineno), rest.split()[0]))
     assert found == EXPECTED_STREAM_RULE_FINDINGS
     assert all("[warn]" in line for line in out.splitlines())
+
+
+@pytest.mark.slow
+def test_field_rules_over_every_shipped_python_file(trees, capsys):
+    """PK601-PK604 and PK701/PK702 over every .py both frameworks ship: exactly the listed
+    findings (PK701 fails; Nemotron-ASR's rotary buffer, re-initialised by its model's
+    _init_weights, is not among them)."""
+    roots = [trees["vllm-omni"] / "vllm_omni", trees["sglang-omni"] / "sglang_omni"]
+    code = lint_main([str(r) for r in roots] + ["--select", "PK601,PK602,PK603,PK604,PK701,PK702"])
+    out = capsys.readouterr().out
+    found = []
+    for line in out.splitlines():
+        path, lineno, _, rest = line.split(":", 3)
+        tree = next(t for t in trees.values() if path.startswith(str(t)))
+        found.append((Path(path).relative_to(tree).as_posix(), int(lineno), rest.split()[0]))
+    assert found == EXPECTED_FIELD_RULE_FINDINGS
+    assert code == 1  # the two PK701 are fails; the PK702 are warns

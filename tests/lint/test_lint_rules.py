@@ -433,3 +433,26 @@ def test_attribute_words_and_wrong_annotations(tmp_path):
         """)
     assert rc == 1 and [ln.split()[1] for ln in out.splitlines()] == ["PK201"]
     assert ":9:" in out
+
+
+def test_pk701_buffer_reinitialised_by_the_models_init_weights_is_not_flagged(tmp_path):
+    """transformers 5's modeling files re-initialise a rotary buffer from the model's
+    ``_init_weights`` (``init.copy_(module.inv_freq, ...)``): not a PK701 (Nemotron-ASR's case)."""
+    src = textwrap.dedent("""
+        import torch
+        from transformers import PreTrainedModel
+        class RelPos(torch.nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.register_buffer("inv_freq", torch.ones(dim), persistent=False)
+        class Model(PreTrainedModel):
+            def _init_weights(self, module):
+                if isinstance(module, RelPos):
+                    init.copy_(module.inv_freq, torch.ones(3))
+        """)
+    good = tmp_path / "good.py"
+    good.write_text(src)
+    bad = tmp_path / "bad.py"
+    bad.write_text(src.replace("init.copy_(module.inv_freq, torch.ones(3))", "pass"))
+    assert main([str(good), "--select", "PK701"]) == 0
+    assert main([str(bad), "--select", "PK701"]) == 1
