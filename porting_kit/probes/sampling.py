@@ -403,16 +403,25 @@ def reference_probs(logits, input_ids, params: dict, **fault):
 
 
 def _tokens(out, rows: int, vocab: int):
-    """The sampler's output as ``(rows, n_codebooks or 1)`` ids, or None when it has another size."""
+    """The sampler's output as ``(rows, n_codebooks or 1)`` ids, or None when it holds another
+    number of ids.
+
+    Raises
+    ------
+    ValueError
+        Ids that are not integers, or outside ``[0, vocab)``.
+    """
     import torch
 
     ids = torch.as_tensor(out)
-    if ids.numel() % rows or ids.dtype.is_floating_point or ids.is_complex():
+    if ids.dtype.is_floating_point or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"the sampler returned {ids.dtype} values; token ids are integers")
+    if ids.numel() == 0 or ids.numel() % rows:
         return None
     ids = ids.reshape(rows, -1).long().cpu()
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-        raise ValueError(f"the sampler returned token id {int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())} "
-                         f"outside the vocabulary [0, {vocab})")
+    bad = ids[(ids < 0) | (ids >= vocab)]
+    if bad.numel():
+        raise ValueError(f"the sampler returned token id {int(bad[0])} outside the vocabulary [0, {vocab})")
     return ids
 
 
@@ -474,15 +483,20 @@ def draw_counts(sampler, params: dict, logits, input_ids, draws: int = DRAWS, se
                 n = min(reps, draws - done)
                 shape = (n,) + (1,) * (logits.dim() - 1)
                 out = sampler(logits.repeat(*shape), input_ids.repeat(*shape), dict(params), g)
-                _count(counts, _tokens(out, n * batch, vocab), batch)
+                ids = _tokens(out, n * batch, vocab)
+                if ids is None or ids.shape[-1] != n_rows:
+                    raise ValueError(f"the sampler returned {torch.as_tensor(out).numel()} ids for a batch "
+                                     f"of {n * batch} rows; expected {n * batch * n_rows}")
+                _count(counts, ids, batch)
                 done += n
             return counts, True
         g.manual_seed(seed)
         for _ in range(LOOP_DRAWS):
-            ids = _tokens(sampler(logits.clone(), input_ids.clone(), dict(params), g), batch, vocab)
+            out = sampler(logits.clone(), input_ids.clone(), dict(params), g)
+            ids = _tokens(out, batch, vocab)
             if ids is None or ids.shape[-1] != n_rows:
-                raise ValueError(f"the sampler returned {torch.as_tensor(ids).numel() if ids is not None else 'another number of'} "
-                                 f"ids; expected one per (batch, codebook) row: {batch * n_rows}")
+                raise ValueError(f"the sampler returned {torch.as_tensor(out).numel()} ids; expected one "
+                                 f"per (batch, codebook) row: {batch * n_rows}")
             _count(counts, ids, batch)
     return counts, False
 

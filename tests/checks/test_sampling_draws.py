@@ -136,7 +136,12 @@ def test_clean_sampler_draws_never_alarm_over_50_seeds():
         return s.sample(lg, hist, params, generator, s.SamplerFaults())
 
     worst = []
-    for k in range(50):
-        results = probe.compare_sampler(sampler, params_list, logits, ids, seed=1000 + 97 * k)
-        worst.append(max(r.excess for r in results))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # 150 sampler calls: one thread is faster on a shared machine
+    try:
+        for k in range(50):
+            results = probe.compare_sampler(sampler, params_list, logits, ids, seed=1000 + 97 * k)
+            worst.append(max(r.excess for r in results))
+    finally:
+        torch.set_num_threads(threads)
     assert max(worst) < 0, worst  # tv - bound over every row of every set, for every seed
