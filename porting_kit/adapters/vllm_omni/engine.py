@@ -1035,89 +1035,83 @@ def run_contract_suite(model_factory: Callable[[], Any], requests: Sequence[Engi
         return EngineRequest(**data)
 
     with preserved_rng_state():
-        suite = _run_scenarios(model_factory, reqs, clone, max_steps, device, rng_seed)
-        # The scenarios' models are garbage now, some in reference cycles (a model holding
-        # its unfinished stream generators, whose frames hold the model). Finalise them here:
+        # solo runs, serially on one model (as a server with max_num_seqs=1 would)
+        solo: dict[str, Scenario] = {}
+        model = _fresh(model_factory)
+        for req in reqs:
+            seed_process_rngs(rng_seed)
+            res, calls = run_requests(model, [clone(req, arrival_step=0)], max_steps=max_steps,
+                                      device=device)
+            solo[req.request_id] = Scenario(f"solo:{req.request_id}", res, calls)
+        seed_process_rngs(rng_seed)
+        res, calls = run_requests(model, [clone(reqs[0], request_id=reqs[0].request_id + "-again",
+                                                arrival_step=0)], max_steps=max_steps, device=device)
+        solo_repeat = Scenario("solo_repeat", res, calls,
+                               f"{reqs[0].request_id} alone again, process RNG reset first")
+        # ... and once more without resetting the process RNG (as in a live server)
+        res, calls = run_requests(model, [clone(reqs[0], request_id=reqs[0].request_id + "-third",
+                                                arrival_step=0)], max_steps=max_steps, device=device)
+        solo_continued = Scenario("solo_continued", res, calls,
+                                  f"{reqs[0].request_id} alone again, process RNG as the last run left it")
+
+        batches = []
+        plans = [
+            ("interleaved", "fifo", [0] * len(reqs), "all requests join at step 0, rows in arrival order"),
+            ("permuted", "shuffle", [0] * len(reqs), "all requests join at step 0, rows shuffled every step"),
+            ("joining", "shuffle", [0, 0] + [2 + i for i in range(len(reqs) - 2)],
+             "two requests at step 0, the others join mid-stream, rows shuffled"),
+        ]
+        for name, order, arrivals, desc in plans:
+            seed_process_rngs(rng_seed)
+            res, calls = run_requests(_fresh(model_factory),
+                                      [clone(r, arrival_step=a) for r, a in zip(reqs, arrivals)],
+                                      order=order, max_steps=max_steps, device=device)
+            batches.append(Scenario(name, res, calls, desc))
+
+        # serial: request 0 aborted after two steps, then request 1 alone
+        seed_process_rngs(rng_seed)
+        with EngineDriver(_fresh(model_factory), max_steps=max_steps, device=device) as drv:
+            first, second = reqs[0], reqs[1]
+            drv.add_request(clone(first, arrival_step=0))
+            drv.run(steps=2)
+            abort_step = drv.step_index
+            if first.request_id in drv.running:
+                drv.abort(first.request_id)
+            drv.step()  # delivers on_requests_finished
+            drv.add_request(clone(second, arrival_step=0))
+            drv.run()
+            serial = Scenario("serial_after_abort", dict(drv.results), list(drv.calls),
+                              f"{first.request_id} aborted after 2 steps, then {second.request_id} alone")
+
+        # abort probe: three in flight, abort the middle one
+        seed_process_rngs(rng_seed)
+        three = sorted(reqs, key=lambda r: -len(r.text))[:3]
+        with EngineDriver(_fresh(model_factory), max_steps=max_steps, device=device) as drv:
+            for r in three:
+                drv.add_request(clone(r, arrival_step=0))
+            drv.run(steps=1)
+            before_g, before_f = drv.live_generators(), drv.temp_files()
+            victim = three[1].request_id
+            if victim in drv.running:
+                drv.abort(victim)
+            drv.step()
+            survivors = [r.request_id for r in three if r.request_id != victim]
+            probe = AbortProbe(victim, survivors, before_g, drv.live_generators(), before_f,
+                               drv.temp_files(), callable(getattr(drv.model, "on_requests_finished", None)),
+                               sum(1 for s in survivors if s in drv.running))
+
+        seed_process_rngs(rng_seed)
+        with EngineDriver(_fresh(model_factory), max_steps=max_steps, device=device) as drv:
+            dummy = drv.dummy_run(num_reqs=2)
+            dummy_g, dummy_f = drv.live_generators(), len(drv.temp_files())
+
+        # The scenarios' models are garbage from here, some in reference cycles (a model holding
+        # its unfinished stream generators, whose frames hold the model). Finalise them now:
         # left to the cyclic GC, a generator's ``finally`` (which may restore a saved process
         # RNG) runs at an arbitrary later moment -- inside a later suite's tracked model call,
         # where it reads as that model's rng.global_state_mutated.
+        del model, drv
         gc.collect()
-    return suite
-
-
-def _run_scenarios(model_factory: Callable[[], Any], reqs: list[EngineRequest],
-                   clone: Callable[..., EngineRequest], max_steps: int, device: str,
-                   rng_seed: int) -> ContractSuite:
-    """The scenarios of :func:`run_contract_suite` (its docstring lists them), in order."""
-    # solo runs, serially on one model (as a server with max_num_seqs=1 would)
-    solo: dict[str, Scenario] = {}
-    model = _fresh(model_factory)
-    for req in reqs:
-        seed_process_rngs(rng_seed)
-        res, calls = run_requests(model, [clone(req, arrival_step=0)], max_steps=max_steps,
-                                  device=device)
-        solo[req.request_id] = Scenario(f"solo:{req.request_id}", res, calls)
-    seed_process_rngs(rng_seed)
-    res, calls = run_requests(model, [clone(reqs[0], request_id=reqs[0].request_id + "-again",
-                                            arrival_step=0)], max_steps=max_steps, device=device)
-    solo_repeat = Scenario("solo_repeat", res, calls,
-                           f"{reqs[0].request_id} alone again, process RNG reset first")
-    # ... and once more without resetting the process RNG (as in a live server)
-    res, calls = run_requests(model, [clone(reqs[0], request_id=reqs[0].request_id + "-third",
-                                            arrival_step=0)], max_steps=max_steps, device=device)
-    solo_continued = Scenario("solo_continued", res, calls,
-                              f"{reqs[0].request_id} alone again, process RNG as the last run left it")
-
-    batches = []
-    plans = [
-        ("interleaved", "fifo", [0] * len(reqs), "all requests join at step 0, rows in arrival order"),
-        ("permuted", "shuffle", [0] * len(reqs), "all requests join at step 0, rows shuffled every step"),
-        ("joining", "shuffle", [0, 0] + [2 + i for i in range(len(reqs) - 2)],
-         "two requests at step 0, the others join mid-stream, rows shuffled"),
-    ]
-    for name, order, arrivals, desc in plans:
-        seed_process_rngs(rng_seed)
-        res, calls = run_requests(_fresh(model_factory),
-                                  [clone(r, arrival_step=a) for r, a in zip(reqs, arrivals)],
-                                  order=order, max_steps=max_steps, device=device)
-        batches.append(Scenario(name, res, calls, desc))
-
-    # serial: request 0 aborted after two steps, then request 1 alone
-    seed_process_rngs(rng_seed)
-    with EngineDriver(_fresh(model_factory), max_steps=max_steps, device=device) as drv:
-        first, second = reqs[0], reqs[1]
-        drv.add_request(clone(first, arrival_step=0))
-        drv.run(steps=2)
-        abort_step = drv.step_index
-        if first.request_id in drv.running:
-            drv.abort(first.request_id)
-        drv.step()  # delivers on_requests_finished
-        drv.add_request(clone(second, arrival_step=0))
-        drv.run()
-        serial = Scenario("serial_after_abort", dict(drv.results), list(drv.calls),
-                          f"{first.request_id} aborted after 2 steps, then {second.request_id} alone")
-
-    # abort probe: three in flight, abort the middle one
-    seed_process_rngs(rng_seed)
-    three = sorted(reqs, key=lambda r: -len(r.text))[:3]
-    with EngineDriver(_fresh(model_factory), max_steps=max_steps, device=device) as drv:
-        for r in three:
-            drv.add_request(clone(r, arrival_step=0))
-        drv.run(steps=1)
-        before_g, before_f = drv.live_generators(), drv.temp_files()
-        victim = three[1].request_id
-        if victim in drv.running:
-            drv.abort(victim)
-        drv.step()
-        survivors = [r.request_id for r in three if r.request_id != victim]
-        probe = AbortProbe(victim, survivors, before_g, drv.live_generators(), before_f,
-                           drv.temp_files(), callable(getattr(drv.model, "on_requests_finished", None)),
-                           sum(1 for s in survivors if s in drv.running))
-
-    seed_process_rngs(rng_seed)
-    with EngineDriver(_fresh(model_factory), max_steps=max_steps, device=device) as drv:
-        dummy = drv.dummy_run(num_reqs=2)
-        dummy_g, dummy_f = drv.live_generators(), len(drv.temp_files())
 
     sr = next((r.sample_rate for s in solo.values() for r in s.results.values() if r.sample_rate), None)
     return ContractSuite(reqs, solo, solo_repeat, solo_continued, batches, serial, reqs[0].request_id, abort_step,
