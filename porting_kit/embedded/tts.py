@@ -34,7 +34,7 @@ factor 4 that the port drops). Values chosen so the faults show:
   is clean; :func:`candidate_step` gives a one-token step position 0, or the port's KV
   cache drops its last token before a one-token step attends (``Attention.kv_drop_last``).
 * ``sampling_*`` (family ``sampling``): faults in the port's sampler,
-  :mod:`porting_kit.embedded.tts_sampling`; ``sampler_*``: faults in its draw only (the
+  :mod:`porting_kit.embedded.tts_sampling`; ``sampling_draw_*``: faults in its draw only (the
   logits processor is clean), named from the draws.
 
 Spec names: ``reference``, ``candidate``, ``candidate_tp``, ``inputs``, ``run_reference``,

@@ -13,12 +13,12 @@ Planted faults (``porting-kit check --example tts:NAME --only sampling``):
 * ``sampling_codebook_routing``: codebook ``k`` reads the parameters of codebook ``k + 1``.
 * ``sampling_seed_ignored``: the draw uses the global RNG, not the request's generator.
 
-Sampler-only faults (``sampler_*``): :func:`process` stays clean and :func:`sample`, which
+Sampler-only faults (``sampling_draw_*``): :func:`process` stays clean and :func:`sample`, which
 processes the logits itself before its draw, carries the fault, so only the draws show it
 (the ``sampling`` family compares them as a distribution):
 
-* ``sampler_penalty_sign``, ``sampler_order``, ``sampler_codebook_routing``: as above.
-* ``sampler_no_min_p``: the draw ignores ``min_p`` (no known fault: ``sampling.unexplained``).
+* ``sampling_draw_penalty_sign``, ``sampling_draw_order``, ``sampling_draw_codebook_routing``: as above.
+* ``sampling_draw_no_min_p``: the draw ignores ``min_p`` (no known fault: ``sampling.unexplained``).
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ SAMPLING_VARIANTS = {
 }
 
 SAMPLER_VARIANTS = {
-    "sampler_penalty_sign": "port's sampler (not its logits processor) divides negative logits by the "
+    "sampling_draw_penalty_sign": "port's sampler (not its logits processor) divides negative logits by the "
                             "repetition penalty -> sampling.repetition_penalty from the draws",
-    "sampler_order": "port's sampler applies top-p / min-p before temperature -> sampling.order "
+    "sampling_draw_order": "port's sampler applies top-p / min-p before temperature -> sampling.order "
                      "from the draws",
-    "sampler_codebook_routing": "port's sampler applies codebook k+1's parameters to codebook k "
+    "sampling_draw_codebook_routing": "port's sampler applies codebook k+1's parameters to codebook k "
                                 "-> sampling.codebook_routing from the draws",
-    "sampler_no_min_p": "port's sampler ignores min_p -> sampling.unexplained from the draws",
+    "sampling_draw_no_min_p": "port's sampler ignores min_p -> sampling.unexplained from the draws",
 }
 
 #: Codebooks of the tiny TTS (EnCodec 3 kbps) and a reduced vocabulary for the sampling check.
@@ -67,14 +67,14 @@ def faults_for(variant: str | None) -> SamplerFaults:
 
 
 def sampler_faults_for(variant: str | None) -> SamplerFaults:
-    """The :class:`SamplerFaults` of :func:`sample` for a tts variant: a ``sampler_*`` variant's
+    """The :class:`SamplerFaults` of :func:`sample` for a tts variant: a ``sampling_draw_*`` variant's
     fault, else :func:`faults_for`'s (the processor's faults show in the draws too)."""
     if variant not in SAMPLER_VARIANTS:
         return faults_for(variant)
-    return SamplerFaults(penalty_sign=variant == "sampler_penalty_sign",
-                         filters_before_temperature=variant == "sampler_order",
-                         codebook_shift=1 if variant == "sampler_codebook_routing" else 0,
-                         ignore_min_p=variant == "sampler_no_min_p")
+    return SamplerFaults(penalty_sign=variant == "sampling_draw_penalty_sign",
+                         filters_before_temperature=variant == "sampling_draw_order",
+                         codebook_shift=1 if variant == "sampling_draw_codebook_routing" else 0,
+                         ignore_min_p=variant == "sampling_draw_no_min_p")
 
 
 def sampling_params() -> list[dict]:

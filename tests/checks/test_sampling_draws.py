@@ -107,10 +107,10 @@ def test_sampler_taking_one_batch_only_is_called_once_per_draw(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant,code,key,value", [
-    ("sampler_penalty_sign", "sampling.repetition_penalty", "how", "sign"),
-    ("sampler_order", "sampling.order", "order", "filters_first"),
-    ("sampler_codebook_routing", "sampling.codebook_routing", "routing", "roll+1"),
-    ("sampler_no_min_p", "sampling.unexplained", None, None),
+    ("sampling_draw_penalty_sign", "sampling.repetition_penalty", "how", "sign"),
+    ("sampling_draw_order", "sampling.order", "order", "filters_first"),
+    ("sampling_draw_codebook_routing", "sampling.codebook_routing", "routing", "roll+1"),
+    ("sampling_draw_no_min_p", "sampling.unexplained", None, None),
 ])
 def test_embedded_sampler_only_faults_are_named_from_the_draws(variant, code, key, value):
     report = run_check(example=f"tts:{variant}", only="sampling")
