@@ -17,7 +17,9 @@ the decode names ``decode_steps``, ``candidate_step`` / ``reference_step``
 generator-style names (``engine_model`` or ``synthesize_candidate``) is valid:
 parity is then reported as ``skip``. So is a spec with only the audio names
 (``codes``, ``decode_reference``, ``decode_candidate``): the audio families run,
-every other family reports ``skip`` with its reason; and one with only the feature
+every other family reports ``skip`` with its reason; so is one with only
+``sampling_params`` and ``candidate_sampler`` / ``candidate_logits_processor`` (the
+``sampling`` family); and one with only the feature
 names ``reference_features(waveform, sample_rate)`` / ``candidate_features(waveform,
 sample_rate)`` (optional ``feature_clip``, ``feature_layout``;
 :mod:`porting_kit.probes.features`), which any spec may add for the ``features`` family.
@@ -52,6 +54,8 @@ GENERATOR_NAMES = ("engine_model", "synthesize_candidate")
 AUDIO_NAMES = ("codes", "decode_reference", "decode_candidate")
 #: The reference-audio feature names that let the ``features`` family run on their own.
 FEATURE_NAMES = ("reference_features", "candidate_features")
+#: With ``sampling_params``, either lets the ``sampling`` family run on its own.
+SAMPLING_NAMES = ("candidate_sampler", "candidate_logits_processor")
 
 #: Embedded examples: name -> module path. The first is the default.
 EMBEDDED = {
@@ -311,16 +315,19 @@ def _validate(spec: Spec) -> None:
             raise InputError(f"{spec.name}: `{n}` must be a function")
     has_audio = len(audio) == len(AUDIO_NAMES)
     has_features = all(callable(spec.get(n)) for n in FEATURE_NAMES)
+    # the sampling family alone: sampling_params and the port's sampler or logits processor
+    has_sampling = spec.has("sampling_params") and any(spec.has(n) for n in SAMPLING_NAMES)
     missing = [n for n in PARITY_NAMES if n not in present]
-    if missing and not has_generator and not has_audio and not has_features:
+    if missing and not has_generator and not has_audio and not has_features and not has_sampling:
         if present:
             raise InputError(f"{spec.name}: spec lacks required {', '.join(m + '()' for m in missing)}")
         if audio:
             lacking = [n + "()" for n in AUDIO_NAMES if n not in audio]
             raise InputError(f"{spec.name}: audio spec lacks {', '.join(lacking)}")
         raise InputError(f"{spec.name}: spec defines none of reference()/candidate()/inputs(), "
-                         "engine_model()/synthesize_candidate() nor the audio names "
-                         "codes()/decode_reference()/decode_candidate(); nothing to check")
+                         "engine_model()/synthesize_candidate(), the audio names "
+                         "codes()/decode_reference()/decode_candidate() nor sampling_params() with "
+                         "candidate_sampler()/candidate_logits_processor(); nothing to check")
 
 
 def list_examples() -> list[tuple[str, str]]:

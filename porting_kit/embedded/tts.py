@@ -34,7 +34,8 @@ factor 4 that the port drops). Values chosen so the faults show:
   is clean; :func:`candidate_step` gives a one-token step position 0, or the port's KV
   cache drops its last token before a one-token step attends (``Attention.kv_drop_last``).
 * ``sampling_*`` (family ``sampling``): faults in the port's sampler,
-  :mod:`porting_kit.embedded.tts_sampling`.
+  :mod:`porting_kit.embedded.tts_sampling`; ``sampling_draw_*``: faults in its draw only (the
+  logits processor is clean), named from the draws.
 * ``features_*`` (family ``features``): faults in the port's reference-audio log-mel extractor,
   :mod:`porting_kit.embedded.tts_features`.
 
@@ -579,6 +580,7 @@ def codec_candidate():
 from porting_kit.embedded import tts_sampling as _tts_sampling  # noqa: E402
 
 VARIANTS.update(_tts_sampling.SAMPLING_VARIANTS)
+VARIANTS.update(_tts_sampling.SAMPLER_VARIANTS)  # sampler-only faults: the draws show them
 sampling_vocab_size = _tts_sampling.VOCAB
 
 
@@ -594,7 +596,7 @@ def candidate_logits_processor(logits, input_ids, params):
 
 def candidate_sampler(logits, input_ids, params, generator):
     """The port's draw: token ids (batch, n_codebooks) from the request's ``generator``."""
-    return _tts_sampling.sample(logits, input_ids, params, generator, _tts_sampling.faults_for(VARIANT))
+    return _tts_sampling.sample(logits, input_ids, params, generator, _tts_sampling.sampler_faults_for(VARIANT))
 
 
 # --------------------------------------------------------------------------- feature names (issue 17.7)

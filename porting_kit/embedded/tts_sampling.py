@@ -12,6 +12,13 @@ Planted faults (``porting-kit check --example tts:NAME --only sampling``):
 * ``sampling_order``: top-p and min-p applied before temperature.
 * ``sampling_codebook_routing``: codebook ``k`` reads the parameters of codebook ``k + 1``.
 * ``sampling_seed_ignored``: the draw uses the global RNG, not the request's generator.
+
+Sampler-only faults (``sampling_draw_*``): :func:`process` stays clean and :func:`sample`, which
+processes the logits itself before its draw, carries the fault, so only the draws show it
+(the ``sampling`` family compares them as a distribution):
+
+* ``sampling_draw_penalty_sign``, ``sampling_draw_order``, ``sampling_draw_codebook_routing``: as above.
+* ``sampling_draw_no_min_p``: the draw ignores ``min_p`` (no known fault: ``sampling.unexplained``).
 """
 
 from __future__ import annotations
@@ -23,6 +30,16 @@ SAMPLING_VARIANTS = {
     "sampling_order": "port applies top-p / min-p before temperature",
     "sampling_codebook_routing": "port applies codebook k+1's sampling parameters to codebook k",
     "sampling_seed_ignored": "port's sampler draws from the global RNG, not the request generator",
+}
+
+SAMPLER_VARIANTS = {
+    "sampling_draw_penalty_sign": "port's sampler (not its logits processor) divides negative logits by the "
+                            "repetition penalty -> sampling.repetition_penalty from the draws",
+    "sampling_draw_order": "port's sampler applies top-p / min-p before temperature -> sampling.order "
+                     "from the draws",
+    "sampling_draw_codebook_routing": "port's sampler applies codebook k+1's parameters to codebook k "
+                                "-> sampling.codebook_routing from the draws",
+    "sampling_draw_no_min_p": "port's sampler ignores min_p -> sampling.unexplained from the draws",
 }
 
 #: Codebooks of the tiny TTS (EnCodec 3 kbps) and a reduced vocabulary for the sampling check.
@@ -38,6 +55,7 @@ class SamplerFaults:
     filters_before_temperature: bool = False
     codebook_shift: int = 0
     global_rng: bool = False
+    ignore_min_p: bool = False
 
 
 def faults_for(variant: str | None) -> SamplerFaults:
@@ -46,6 +64,17 @@ def faults_for(variant: str | None) -> SamplerFaults:
                          filters_before_temperature=variant == "sampling_order",
                          codebook_shift=1 if variant == "sampling_codebook_routing" else 0,
                          global_rng=variant == "sampling_seed_ignored")
+
+
+def sampler_faults_for(variant: str | None) -> SamplerFaults:
+    """The :class:`SamplerFaults` of :func:`sample` for a tts variant: a ``sampling_draw_*`` variant's
+    fault, else :func:`faults_for`'s (the processor's faults show in the draws too)."""
+    if variant not in SAMPLER_VARIANTS:
+        return faults_for(variant)
+    return SamplerFaults(penalty_sign=variant == "sampling_draw_penalty_sign",
+                         filters_before_temperature=variant == "sampling_draw_order",
+                         codebook_shift=1 if variant == "sampling_draw_codebook_routing" else 0,
+                         ignore_min_p=variant == "sampling_draw_no_min_p")
 
 
 def sampling_params() -> list[dict]:
@@ -122,7 +151,8 @@ def process(logits, input_ids, params: dict, faults: SamplerFaults):
         if rp is not None and rp != 1.0:
             row = _penalize(row, input_ids[:, k], float(rp), faults.penalty_sign)
         t = _value(params, "temperature", src) or 1.0
-        filt = (_value(params, "top_k", src), _value(params, "top_p", src), _value(params, "min_p", src))
+        min_p = None if faults.ignore_min_p else _value(params, "min_p", src)
+        filt = (_value(params, "top_k", src), _value(params, "top_p", src), min_p)
         if faults.filters_before_temperature:
             row = _filters(row, *filt) / t
         else:

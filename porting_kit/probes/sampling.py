@@ -13,7 +13,13 @@ single draws. With codebooks, logits are ``(batch, n_codebooks, vocab)``, histor
 ``(batch, n_codebooks, T)``, and a parameter given as a list holds one value per
 codebook.
 
-Hypotheses (:func:`hypotheses`) rerun the reference with one known fault each:
+A ``candidate_sampler`` is compared through its draws (:func:`compare_sampler`): many
+seeded draws per (batch, codebook) row, their empirical distribution against the
+reference's, total variation distance against a bound (:func:`tv_bound`) that a sampler
+drawing exactly the reference distribution exceeds with probability below
+:data:`FALSE_ALARM` over the whole comparison.
+
+Hypotheses (:func:`hypotheses`, :func:`draw_hypotheses`) rerun the reference with one known fault each:
 top-p / min-p before temperature (``order``), the repetition penalty applied
 twice, dividing negative logits (``sign``) or not at all, and per-codebook
 parameters rolled by one or reversed (``routing``).
@@ -210,6 +216,33 @@ def compare_processor(processor, params_list: list[dict], logits, input_ids) -> 
     return out
 
 
+def hypothesis_faults(params: dict, logits) -> list[tuple[str, str, dict]]:
+    """The known faults worth trying for ``params``: ``(family, name, reference_process kwargs)``.
+
+    Parameters
+    ----------
+    params : dict
+        One parameter set.
+    logits : torch.Tensor [shape=(batch, vocab) or (batch, n_codebooks, vocab)]
+
+    Returns
+    -------
+    list of (str, str, dict)
+        ``order`` always; ``repetition_penalty`` (``twice``, ``sign``, ``none``) when the set has a
+        penalty; ``codebook_routing`` (``roll+1``, ``roll-1``, ``reversed``) with codebooks and a
+        per-codebook list.
+    """
+    tried = [("order", "filters_first", dict(order="filters_first"))]
+    if params.get("repetition_penalty") is not None:
+        tried += [("repetition_penalty", kind, dict(penalty=kind)) for kind in ("twice", "sign", "none")]
+    n = logits.shape[1] if logits.dim() == 3 else 0
+    if n > 1 and any(isinstance(v, (list, tuple)) for v in params.values()):
+        tried += [("codebook_routing", "roll+1", dict(route=[(k + 1) % n for k in range(n)])),
+                  ("codebook_routing", "roll-1", dict(route=[(k - 1) % n for k in range(n)])),
+                  ("codebook_routing", "reversed", dict(route=list(range(n))[::-1]))]
+    return tried
+
+
 def hypotheses(processor, params: dict, logits, input_ids) -> list[tuple[str, str, float]]:
     """The candidate's processed logits against the reference rerun with each known fault.
 
@@ -222,16 +255,8 @@ def hypotheses(processor, params: dict, logits, input_ids) -> list[tuple[str, st
         least one per-codebook list).
     """
     cand = processor(logits.clone(), input_ids.clone(), dict(params))
-    tried = [("order", "filters_first", dict(order="filters_first"))]
-    if params.get("repetition_penalty") is not None:
-        tried += [("repetition_penalty", kind, dict(penalty=kind)) for kind in ("twice", "sign", "none")]
-    n = logits.shape[1] if logits.dim() == 3 else 0
-    if n > 1 and any(isinstance(v, (list, tuple)) for v in params.values()):
-        tried += [("codebook_routing", "roll+1", dict(route=[(k + 1) % n for k in range(n)])),
-                  ("codebook_routing", "roll-1", dict(route=[(k - 1) % n for k in range(n)])),
-                  ("codebook_routing", "reversed", dict(route=list(range(n))[::-1]))]
     out = []
-    for fam, name, kw in tried:
+    for fam, name, kw in hypothesis_faults(params, logits):
         ref = reference_process(logits, input_ids, params, **kw)
         out.append((fam, name, distribution_gap(ref, cand)[0]))
     return out
@@ -262,3 +287,296 @@ def seed_use(sampler, params: dict, logits, input_ids, seed: int = 1234) -> dict
         other = torch.cat([draw(seed + 1).reshape(-1) for _ in range(8)])
     return {"same_seed_equal": bool(torch.equal(reps[0], reps[1])),
             "other_seed_differs": not bool(torch.equal(reps[0], other)), "draws": int(reps[0].numel())}
+
+
+# ----------------------------------------------------------------------------
+# The sampler's draws as a distribution
+# ----------------------------------------------------------------------------
+
+#: Draws per (batch, codebook) row when the sampler takes a batch; per row when it must be
+#: called once per draw (it rejects a repeated batch).
+DRAWS, LOOP_DRAWS = 3000, 1000
+#: Repeats of the test batch per sampler call (bounds the memory of one call).
+CHUNK = 3000
+#: Likeliest tokens of :func:`sampler_inputs`' row 1 put in its history.
+SEEN_TOP = 8
+#: Probability that a sampler drawing exactly the reference distribution is reported as a
+#: mismatch, over every row of every parameter set (union bound).
+FALSE_ALARM = 1e-6
+
+
+@dataclass
+class DrawResult:
+    """One parameter set's draws against the reference distribution.
+
+    Attributes
+    ----------
+    index : int
+        Position in ``sampling_params()``.
+    params : dict
+        The parameter set.
+    freq : torch.Tensor [shape=(batch, n_codebooks or 1, vocab), float64]
+        Empirical token frequencies per row (each row sums to 1).
+    draws : int
+        Tokens drawn per row.
+    batched : bool
+        True when the sampler took the repeated batch; False when it was called once per draw.
+    excess : float
+        Greatest ``tv - bound`` over the rows (> 0: the draws do not come from the reference).
+    tv, bound : float
+        Total variation distance and its bound at that row.
+    worst_row : tuple of int
+        ``(batch, codebook)`` of that row.
+    """
+
+    index: int
+    params: dict
+    freq: Any
+    draws: int
+    batched: bool
+    excess: float
+    tv: float
+    bound: float
+    worst_row: tuple[int, int]
+
+
+def sampler_inputs(n_cb: int, vocab: int = VOCAB):
+    """The logits and histories the sampler draws from: :func:`test_inputs` with batch row 1
+    shifted so every logit is negative, its history starting with its 8 most likely tokens.
+
+    ``softmax`` does not see the shift; the repetition penalty does (a negative logit is
+    multiplied by it, a positive one divided), so row 1 shows a penalty applied with the wrong
+    sign (or twice, or not at all) in the draws: its likeliest tokens are all seen, and move
+    down, or up with the wrong sign. Row 0's seen tokens with negative logits hold too little
+    probability to show it.
+
+    Returns
+    -------
+    logits : torch.Tensor [shape=(BATCH, vocab) or (BATCH, n_cb, vocab), float32]
+    input_ids : torch.LongTensor [shape=(BATCH, HISTORY) or (BATCH, n_cb, HISTORY)]
+    """
+    import torch
+
+    logits, ids = test_inputs(n_cb, vocab)
+    logits[1] = logits[1] - logits[1].amax(-1, keepdim=True) - 1.0
+    top = torch.topk(logits[1], min(SEEN_TOP, vocab, HISTORY), dim=-1).indices
+    ids[1, ..., :top.shape[-1]] = top
+    return logits, ids
+
+
+def tv_bound(probs, draws: int, delta: float):
+    """Bound on the total variation distance of ``draws`` samples from ``probs``, exceeded with
+    probability at most ``delta``.
+
+    ``E[TV] <= 0.5 * sum_i sqrt(p_i (1 - p_i) / n)`` (Jensen on each ``|p_hat_i - p_i|``); one draw
+    moves the empirical TV by at most ``1 / n``, so McDiarmid's inequality gives
+    ``P(TV >= E[TV] + t) <= exp(-2 n t^2)``: ``t = sqrt(ln(1 / delta) / (2 n))``.
+
+    Parameters
+    ----------
+    probs : torch.Tensor [shape=(..., vocab), float64]
+        Reference distributions (rows sum to 1).
+    draws : int
+        Samples per row, ``n``.
+    delta : float
+        Probability allowed per row.
+
+    Returns
+    -------
+    torch.Tensor [shape=(...), float64]
+    """
+    import math
+
+    import torch
+
+    mean = 0.5 * torch.sqrt(probs * (1 - probs) / draws).sum(-1)
+    return mean + math.sqrt(math.log(1.0 / delta) / (2 * draws))
+
+
+def reference_probs(logits, input_ids, params: dict, **fault):
+    """``softmax`` of :func:`reference_process` in float64, shape ``(batch, n_codebooks or 1, vocab)``."""
+    import torch
+
+    out = reference_process(logits, input_ids, params, **fault).double()
+    out = out.unsqueeze(1) if out.dim() == 2 else out
+    return torch.softmax(out, -1)
+
+
+def _tokens(out, rows: int, vocab: int):
+    """The sampler's output as ``(rows, n_codebooks or 1)`` ids, or None when it holds another
+    number of ids.
+
+    Raises
+    ------
+    ValueError
+        Ids that are not integers, or outside ``[0, vocab)``.
+    """
+    import torch
+
+    ids = torch.as_tensor(out)
+    if ids.dtype.is_floating_point or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"the sampler returned {ids.dtype} values; token ids are integers")
+    if ids.numel() == 0 or ids.numel() % rows:
+        return None
+    ids = ids.reshape(rows, -1).long().cpu()
+    bad = ids[(ids < 0) | (ids >= vocab)]
+    if bad.numel():
+        raise ValueError(f"the sampler returned token id {int(bad[0])} outside the vocabulary [0, {vocab})")
+    return ids
+
+
+def _count(counts, ids, batch: int) -> None:
+    """Add ``ids`` (reps * batch, n_cb) to ``counts`` (batch, n_cb, vocab)."""
+    import torch
+
+    per = ids.reshape(-1, batch, ids.shape[-1]).permute(1, 2, 0)  # (batch, n_cb, reps)
+    counts.scatter_add_(-1, per, torch.ones_like(per, dtype=counts.dtype))
+
+
+def draw_counts(sampler, params: dict, logits, input_ids, draws: int = DRAWS, seed: int = SEED):
+    """Token counts of ``sampler(logits, input_ids, params, generator)`` over many draws.
+
+    The batch is repeated (``CHUNK`` copies per call, one ``torch.Generator`` seeded with ``seed``
+    for every call), so one call draws many tokens per row. A sampler that raises on the
+    repeated batch or returns another number of ids is called once per draw instead
+    (:data:`LOOP_DRAWS` draws, same generator). The global RNG is restored afterwards.
+
+    Parameters
+    ----------
+    sampler : callable
+        ``(logits, input_ids, params, generator) -> token ids`` of shape ``(batch,)`` or
+        ``(batch, n_codebooks)``.
+    logits : torch.Tensor [shape=(batch, vocab) or (batch, n_codebooks, vocab)]
+    input_ids : torch.LongTensor [shape=(batch, T) or (batch, n_codebooks, T)]
+
+    Returns
+    -------
+    counts : torch.Tensor [shape=(batch, n_codebooks or 1, vocab), float64]
+    batched : bool
+
+    Raises
+    ------
+    ValueError
+        The sampler returns ids outside the vocabulary, or a number of ids that is not one per
+        (batch, codebook) row.
+    """
+    import torch
+
+    from porting_kit.errors import InputError
+
+    batch, vocab = logits.shape[0], logits.shape[-1]
+    n_rows = logits.shape[1] if logits.dim() == 3 else 1
+    counts = torch.zeros(batch, n_rows, vocab, dtype=torch.float64)
+    g = torch.Generator(device=logits.device).manual_seed(seed)
+    reps = min(CHUNK, draws)
+    rep_shape = (reps,) + (1,) * (logits.dim() - 1)
+    with torch.random.fork_rng(devices=[]):
+        try:
+            first = sampler(logits.repeat(*rep_shape), input_ids.repeat(*rep_shape), dict(params), g)
+            ids = _tokens(first, reps * batch, vocab)
+        except InputError:
+            ids = None
+        if ids is not None and ids.shape[-1] == n_rows:
+            _count(counts, ids, batch)
+            done = reps
+            while done < draws:
+                n = min(reps, draws - done)
+                shape = (n,) + (1,) * (logits.dim() - 1)
+                out = sampler(logits.repeat(*shape), input_ids.repeat(*shape), dict(params), g)
+                ids = _tokens(out, n * batch, vocab)
+                if ids is None or ids.shape[-1] != n_rows:
+                    raise ValueError(f"the sampler returned {torch.as_tensor(out).numel()} ids for a batch "
+                                     f"of {n * batch} rows; expected {n * batch * n_rows}")
+                _count(counts, ids, batch)
+                done += n
+            return counts, True
+        g.manual_seed(seed)
+        for _ in range(LOOP_DRAWS):
+            out = sampler(logits.clone(), input_ids.clone(), dict(params), g)
+            ids = _tokens(out, batch, vocab)
+            if ids is None or ids.shape[-1] != n_rows:
+                raise ValueError(f"the sampler returned {torch.as_tensor(out).numel()} ids; expected one "
+                                 f"per (batch, codebook) row: {batch * n_rows}")
+            _count(counts, ids, batch)
+    return counts, False
+
+
+def draw_gap(freq, draws: int, probs, delta: float) -> tuple[float, float, float, tuple[int, int]]:
+    """The row where the empirical frequencies exceed their bound the most.
+
+    Parameters
+    ----------
+    freq, probs : torch.Tensor [shape=(batch, n_codebooks or 1, vocab), float64]
+        Empirical frequencies and a reference distribution.
+    draws : int
+    delta : float
+        Per-row false-alarm probability (:func:`tv_bound`).
+
+    Returns
+    -------
+    excess, tv, bound : float
+        ``tv - bound`` at that row (> 0: not drawn from ``probs``), the distance, the bound.
+    row : (int, int)
+        ``(batch, codebook)``.
+    """
+    tv = 0.5 * (freq - probs).abs().sum(-1)
+    bound = tv_bound(probs, draws, delta)
+    excess = tv - bound
+    flat = int(excess.argmax())
+    b, k = flat // excess.shape[1], flat % excess.shape[1]
+    return float(excess[b, k]), float(tv[b, k]), float(bound[b, k]), (b, k)
+
+
+def compare_sampler(sampler, params_list: list[dict], logits, input_ids, draws: int = DRAWS,
+                    seed: int = SEED) -> list[DrawResult]:
+    """Each parameter set's draws against ``softmax`` of transformers' processed logits.
+
+    Parameters
+    ----------
+    sampler : callable
+        ``(logits, input_ids, params, generator) -> token ids``.
+    params_list : list of dict
+    logits, input_ids : torch.Tensor
+        From :func:`sampler_inputs`.
+    draws : int
+        Draws per row when the sampler takes a batch.
+    seed : int
+        Parameter set ``i`` draws from a generator seeded ``seed + i``.
+
+    Returns
+    -------
+    list of DrawResult
+        One per parameter set; the per-row false-alarm probability is :data:`FALSE_ALARM`
+        over every row of every set.
+    """
+    delta = row_delta(params_list, logits)
+    out = []
+    for i, params in enumerate(params_list):
+        counts, batched = draw_counts(sampler, params, logits, input_ids, draws, seed + i)
+        n = int(counts[0, 0].sum())
+        freq = counts / n
+        excess, tv, bound, row = draw_gap(freq, n, reference_probs(logits, input_ids, params), delta)
+        out.append(DrawResult(i, params, freq, n, batched, excess, tv, bound, row))
+    return out
+
+
+def row_delta(params_list: list[dict], logits) -> float:
+    """Per-row false-alarm probability: :data:`FALSE_ALARM` over every (set, batch, codebook) row."""
+    rows = logits.shape[0] * (logits.shape[1] if logits.dim() == 3 else 1)
+    return FALSE_ALARM / (rows * len(params_list))
+
+
+def draw_hypotheses(res: DrawResult, logits, input_ids, delta: float) -> list[tuple[str, str, float]]:
+    """The draws of one parameter set against the reference rerun with each known fault.
+
+    Returns
+    -------
+    list of (str, str, float)
+        ``(family, name, excess)``: greatest ``tv - bound`` over the rows (<= 0: the draws are
+        consistent with that fault), for each fault of :func:`hypothesis_faults`.
+    """
+    out = []
+    for fam, name, kw in hypothesis_faults(res.params, logits):
+        probs = reference_probs(logits, input_ids, res.params, **kw)
+        out.append((fam, name, draw_gap(res.freq, res.draws, probs, delta)[0]))
+    return out

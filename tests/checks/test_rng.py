@@ -182,3 +182,47 @@ def test_bad_synthesize_return_is_input_error(tmp_path):
     bad = "def synthesize_candidate(text, seed):\n    return [0.0] * 10\n"
     with pytest.raises(InputError, match=r"must return \(waveform, sample_rate\)"):
         run_check(_spec(tmp_path, bad), only="rng")
+
+
+_COLLECTING_SPEC = '''
+import gc
+from porting_kit.embedded.generator_model import GeneratorTTS
+
+
+class CollectingTTS(GeneratorTTS):
+    """The clean generator model, with the cyclic GC run inside its first engine call."""
+
+    collected = False
+
+    def forward(self, *args, **kwargs):
+        if not self.collected:
+            self.collected = True
+            gc.collect()
+        return super().forward(*args, **kwargs)
+
+
+def engine_model():
+    return CollectingTTS(None)
+'''
+
+
+@pytest.mark.slow
+def test_an_earlier_suites_garbage_never_mutates_a_later_models_rng(tmp_path):
+    # The order-dependent false alarm: global_manual_seed's unfinished stream generators
+    # (model <-> generator cycles) restore a saved torch RNG in their ``finally`` when the
+    # cyclic GC reaches them; before the fix that happened inside a later check's tracked
+    # model call (e.g. on generator:dummy_leaves_rows_running) -> rng.global_state_mutated.
+    import gc
+
+    spec = tmp_path / "collecting.py"
+    spec.write_text(_COLLECTING_SPEC)
+    was_enabled = gc.isenabled()
+    gc.disable()  # the earlier suite's garbage waits, as it did between tests
+    try:
+        first = run_check(example="generator:global_manual_seed", only="rng")
+        assert "rng.global_state_mutated" in first.codes("fail")
+        later = run_check(str(spec), only="rng")
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert later.codes() == ["rng.ok"]

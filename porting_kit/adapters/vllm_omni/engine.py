@@ -79,6 +79,7 @@ be counted: :meth:`EngineDriver.temp_files`.
 
 from __future__ import annotations
 
+import gc
 import random
 import shutil
 import tempfile
@@ -1103,6 +1104,14 @@ def run_contract_suite(model_factory: Callable[[], Any], requests: Sequence[Engi
         with EngineDriver(_fresh(model_factory), max_steps=max_steps, device=device) as drv:
             dummy = drv.dummy_run(num_reqs=2)
             dummy_g, dummy_f = drv.live_generators(), len(drv.temp_files())
+
+        # The scenarios' models are garbage from here, some in reference cycles (a model holding
+        # its unfinished stream generators, whose frames hold the model). Finalise them now:
+        # left to the cyclic GC, a generator's ``finally`` (which may restore a saved process
+        # RNG) runs at an arbitrary later moment -- inside a later suite's tracked model call,
+        # where it reads as that model's rng.global_state_mutated.
+        del model, drv
+        gc.collect()
 
     sr = next((r.sample_rate for s in solo.values() for r in s.results.values() if r.sample_rate), None)
     return ContractSuite(reqs, solo, solo_repeat, solo_continued, batches, serial, reqs[0].request_id, abort_step,
