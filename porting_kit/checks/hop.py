@@ -15,7 +15,18 @@ every finding is built here):
 * ``hop.codebook_order`` - codes fed frame-major where codebook-major is
   expected (found by decoding the transposed layouts);
 * ``hop.stream_boundary`` - the port's chunked streaming decode differs from
-  its full decode at the seams;
+  its full decode at the seams (cause in the message: more left context or more
+  lookahead fixes it, the chunk slice drops the decoder's ``d`` samples, or, for
+  one request of a batched stream - ``request`` in the evidence - the batched
+  decode mixes the requests);
+* ``hop.stream_lookahead`` - the lookahead frames' samples are not trimmed from
+  each chunk, or trimmed by the wrong count: reading the stream as chunks that
+  many samples long matches the full decode (trim, expected trim and the first
+  mismatching sample in the evidence);
+* ``hop.stream_batch_row`` - in the batched stream (a padded batch of requests
+  of different lengths), a request streams another request's (or the padded
+  batch's) length: its trim uses the wrong row (``request``, both lengths and
+  the first mismatching sample in the evidence);
 * ``hop.delay_pattern_tail`` - the candidate is whole frames longer and equals the
   reference decode of the codes followed by padding frames (a delay pattern's
   padding, special tokens clamped to code 0, decoded as audio); reported instead of
@@ -30,7 +41,9 @@ Length and timing come first: every audio finding's evidence carries both length
 says "right length" only when the lengths are equal.
 
 Runs when the spec defines the audio names (README "Port spec: audio names");
-else ``skip`` with the reason.
+else ``skip`` with the reason. The batched stream is checked when the
+single-request stream is clean (or not defined): a single-request fault would
+show in every row, and is reported once.
 """
 
 from __future__ import annotations
@@ -322,6 +335,7 @@ def codec_findings(pair) -> list[Finding]:
 
 
 def _stream_evidence(sm: StreamMeasurement) -> dict[str, Any]:
+    """The configuration and first mismatch every streaming finding carries (``request`` for a batch row)."""
     ev = {"chunk_frames": sm.chunk_frames, "context_frames": sm.context_frames,
           "lookahead_frames": sm.lookahead_frames, "hop_length": sm.hop_length,
           "decoder_trim_d": sm.trim_d, "first_mismatch_sample": sm.first_mismatch_sample,

@@ -418,7 +418,9 @@ class CodecGlue:
         o, hop = self.options, self.hop_length
         ends = [int(lengths[0])] * len(lengths) if o.batch_trim_row0 else [int(n) for n in lengths]
         T = int(codes.shape[-1])
-        rows = [self.layout_codes(codes[r]) for r in range(len(lengths))]
+        # each request's codes rebuilt from its own token stream, its padding kept after them
+        rows = [torch.cat([self.layout_codes(codes[r, :, :n]), codes[r, :, n:]], dim=-1)
+                for r, n in enumerate(lengths)]
         parts: list[list[Any]] = [[] for _ in lengths]
         for s in range(0, T, chunk_frames):
             e, a = min(T, s + chunk_frames), max(0, s - context_frames)
