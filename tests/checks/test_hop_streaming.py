@@ -217,3 +217,25 @@ def test_batch_of_wrong_size_is_an_input_error():
 
     with pytest.raises(InputError, match="one per request"):
         check_stream_batch(_la_spec(None, batch=lambda c, n, k, ctx, la: [c[0, 0].float()]), CODES, HOP, 0)
+
+
+def test_lookahead_on_a_decoder_that_trims_d_samples():
+    """Causal toy decoder (frames*HOP - D samples): a clean lookahead stream passes, an untrimmed
+    one is named, though each chunk's end sits D samples before its frame boundary."""
+    full, _ = toy_decode(CODES)
+    good = _la_spec(lambda c, k, ctx, la: stream_decode(toy_decode, c, k, ctx, HOP, la))
+    assert check_stream(good, CODES, HOP, full, trim_d=D) == []
+
+    def untrimmed(c, k, ctx, la):  # slices from (s - a)*HOP - D, keeps the lookahead's samples
+        T, parts = c.shape[-1], []
+        for s in range(0, T, k):
+            a = max(0, s - ctx)
+            y, _ = toy_decode(c[:, a:min(T, s + k + la)])
+            parts.append(y[0, 0 if s == 0 else (s - a) * HOP - D:])
+        return torch.cat(parts), 16000
+
+    (f,) = check_stream(_la_spec(untrimmed), CODES, HOP, full, trim_d=D)
+    assert f.code == "hop.stream_lookahead" and f.evidence["trim_fit"] == "untrimmed"
+    # causal: the kept lookahead samples are the next ones of the full decode; the stream repeats
+    # them, from the end of chunk 0's lookahead on
+    assert f.evidence["first_mismatch_sample"] == 5 * HOP - D + LA * HOP
