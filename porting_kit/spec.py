@@ -5,7 +5,8 @@ A spec is a plain module. Required for layer parity: ``reference()``,
 ``run_reference`` / ``run_candidate``, ``module_map``, ``tolerances``, the audio
 names (``codes``, ``decode_reference``, ``decode_candidate``, ``hop_length`` or
 ``codec_config``, optional ``decode_candidate_stream`` with ``stream_chunk_frames``
-/ ``stream_context_frames``, ``codec_candidate``; README "Port spec: audio names",
+/ ``stream_context_frames`` / ``stream_lookahead_frames``, ``decode_candidate_stream_batch``,
+``codec_candidate``; README "Port spec: audio names",
 :mod:`porting_kit.probes.codec_pair`), ``engine_model``, ``synthesize_candidate`` / ``synthesize_reference``,
 ``reference_config`` / ``candidate_config``, ``candidate_tp(rank, world_size)`` and
 ``tp_timeout`` (the sharded port for ``--tp N``, :mod:`porting_kit.probes.tp`), the per-module overrides

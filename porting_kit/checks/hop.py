@@ -15,7 +15,18 @@ every finding is built here):
 * ``hop.codebook_order`` - codes fed frame-major where codebook-major is
   expected (found by decoding the transposed layouts);
 * ``hop.stream_boundary`` - the port's chunked streaming decode differs from
-  its full decode at the seams;
+  its full decode at the seams (cause in the message: more left context or more
+  lookahead fixes it, the chunk slice drops the decoder's ``d`` samples, or, for
+  one request of a batched stream - ``request`` in the evidence - the batched
+  decode mixes the requests);
+* ``hop.stream_lookahead`` - the lookahead frames' samples are not trimmed from
+  each chunk, or trimmed by the wrong count: reading the stream as chunks that
+  many samples long matches the full decode (trim, expected trim and the first
+  mismatching sample in the evidence);
+* ``hop.stream_batch_row`` - in the batched stream (a padded batch of requests
+  of different lengths), a request streams another request's (or the padded
+  batch's) length: its trim uses the wrong row (``request``, both lengths and
+  the first mismatching sample in the evidence);
 * ``hop.delay_pattern_tail`` - the candidate is whole frames longer and equals the
   reference decode of the codes followed by padding frames (a delay pattern's
   padding, special tokens clamped to code 0, decoded as audio); reported instead of
@@ -30,7 +41,9 @@ Length and timing come first: every audio finding's evidence carries both length
 says "right length" only when the lengths are equal.
 
 Runs when the spec defines the audio names (README "Port spec: audio names");
-else ``skip`` with the reason.
+else ``skip`` with the reason. The batched stream is checked when the
+single-request stream is clean (or not defined): a single-request fault would
+show in every row, and is reported once.
 """
 
 from __future__ import annotations
@@ -39,7 +52,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from porting_kit.probes.streaming import StreamMeasurement, measure_stream
+from porting_kit.probes.streaming import (BatchStreamMeasurement, StreamMeasurement, measure_stream,
+                                          measure_stream_batch)
 from porting_kit.probes.waveform import WaveformComparison, fmt_db
 from porting_kit.report.findings import Finding, Where, ok, skip
 
@@ -320,8 +334,58 @@ def codec_findings(pair) -> list[Finding]:
 # --------------------------------------------------------------------------- streaming
 
 
+def _stream_evidence(sm: StreamMeasurement) -> dict[str, Any]:
+    """The configuration and first mismatch every streaming finding carries (``request`` for a batch row)."""
+    ev = {"chunk_frames": sm.chunk_frames, "context_frames": sm.context_frames,
+          "lookahead_frames": sm.lookahead_frames, "hop_length": sm.hop_length,
+          "decoder_trim_d": sm.trim_d, "first_mismatch_sample": sm.first_mismatch_sample,
+          "tolerance_abs": sm.tolerance}
+    if sm.request is not None:
+        ev["request"] = sm.request
+        ev["request_frames"] = sm.frames
+    return ev
+
+
+def _mismatch_range(sm: StreamMeasurement) -> list[int]:
+    """Samples ``[start, stop)`` of the first mismatch: to the end of its chunk region, or
+    the samples one side has beyond the other's end."""
+    first, n_full = int(sm.first_mismatch_sample or 0), sm.full_samples
+    n_stream = n_full - sm.streamed.missing
+    if first >= min(n_full, n_stream):  # the common part matches: the extra / missing samples
+        return [first, max(n_full, n_stream)]
+    ends = [b for b in sm.seams[1:] + [n_full] if b > first]
+    return [first, int(ends[0])]
+
+
+def lookahead_finding(sm: StreamMeasurement) -> Finding:
+    """``hop.stream_lookahead`` from a measurement whose :class:`TrimFit` explains the stream."""
+    t, hop, la = sm.trim_fit, sm.hop_length, sm.lookahead_frames
+    who = "" if sm.request is None else f"request {sm.request} of the batch ({sm.frames} frames): "
+    what = {"untrimmed": f"the {la} lookahead frames' {t.expected_trim_samples} samples are not trimmed "
+                         "from the chunks",
+            "fixed_trim": f"{t.trim_samples} samples ({la} frames x hop {hop}) are trimmed from every "
+                          "chunk, also where the lookahead was cut short at the end of the codes",
+            "wrong_count": f"each chunk is trimmed by {t.trim_samples} samples, not the lookahead's "
+                           f"{t.expected_trim_samples} ({la} frames x hop {hop})"}[t.name]
+    extra = sorted({x for x in t.extra if x})
+    ev = {**_stream_evidence(sm), "trim_fit": t.name, "trim_samples": t.trim_samples,
+          "expected_trim_samples": t.expected_trim_samples, "extra_samples_per_chunk": t.extra,
+          "missing_samples": sm.streamed.missing, "fit_abs_err": t.err}
+    return Finding(
+        "hop", "hop.stream_lookahead", "fail",
+        f"Streaming decode ({sm.chunk_frames}-frame chunks, {sm.context_frames} frames of left "
+        f"context, {la} of lookahead): {who}{what}; the stream is {-sm.streamed.missing:+d} samples "
+        f"against the full decode (chunks off by {', '.join(f'{x:+d}' for x in extra)} samples), "
+        f"first mismatch at sample {sm.first_mismatch_sample}; reading the chunks that way matches the "
+        f"full decode (|err| {t.err:.2e}).",
+        ev, Where(samples=_mismatch_range(sm)),
+        "Decode codes[:, start - context:min(frames, end + lookahead)] and drop the last "
+        "(decoded end - end) * hop_length samples of each chunk: the lookahead actually decoded, "
+        "fewer frames at the end of the codes.")
+
+
 def stream_findings(sm: StreamMeasurement | None) -> list[Finding]:
-    """``hop.stream_boundary`` from a streaming measurement, with its cause.
+    """``hop.stream_boundary`` / ``hop.stream_lookahead`` from a streaming measurement, with its cause.
 
     Parameters
     ----------
@@ -332,13 +396,18 @@ def stream_findings(sm: StreamMeasurement | None) -> list[Finding]:
     Returns
     -------
     list of Finding
-        Empty when the stream does not run or every seam is within tolerance; else
-        one ``hop.stream_boundary`` with the worst seam (sample range), whether more
-        left context fixes it, and the decoder's ``d``.
+        Empty when the stream does not run or every seam is within tolerance;
+        ``hop.stream_lookahead`` when a wrong lookahead trim explains the stream
+        (:attr:`StreamMeasurement.trim_fit`); else one ``hop.stream_boundary`` with
+        the worst seam (sample range), whether more left context or more lookahead
+        fixes it, and the decoder's ``d``.
     """
     if sm is None or sm.streamed.clean:
         return []
+    if sm.trim_fit is not None:
+        return [lookahead_finding(sm)]
     got, bigger, more = sm.streamed, sm.more_context, sm.more_context_frames
+    ahead, more_la = sm.more_lookahead, sm.more_lookahead_frames
     chunk, context, d = sm.chunk_frames, sm.context_frames, sm.trim_d
     seams = sm.seams
     i = got.first_bad if got.missing else got.worst
@@ -346,18 +415,32 @@ def stream_findings(sm: StreamMeasurement | None) -> list[Finding]:
     start = seams[i] if i < len(seams) else seams[-1]
     db = 20 * math.log10(max(got.worst_err, 1e-30) / sm.peak)
     n_seams = max(len(seams) - 1, 1)
-    ev = {"chunk_frames": chunk, "context_frames": context, "hop_length": sm.hop_length,
-          "decoder_trim_d": d, "seams": n_seams, "worst_seam": i, "worst_seam_sample": start,
+    ev = {**_stream_evidence(sm),
+          "seams": n_seams, "worst_seam": i, "worst_seam_sample": start,
           "worst_seam_abs_err": got.worst_err, "worst_seam_db_below_peak": round(-db, 2),
-          "tolerance_abs": sm.tolerance, "missing_samples": got.missing,
+          "missing_samples": got.missing,
           "missing_per_seam": round(got.missing / n_seams, 3),
           "more_context_frames": more,
           "more_context_abs_err": bigger.worst_err if bigger else None,
-          "more_context_fixes": bool(bigger and bigger.clean)}
+          "more_context_fixes": bool(bigger and bigger.clean),
+          "more_lookahead_frames": more_la,
+          "more_lookahead_abs_err": ahead.worst_err if ahead else None,
+          "more_lookahead_fixes": bool(ahead and ahead.clean)}
+    la_text = f", {sm.lookahead_frames} of lookahead" if sm.uses_lookahead else ""
     if bigger is not None and bigger.clean:
         cause = (f"{more} frames of left context fix it: the decoder's receptive field needs more "
                  f"than {context} frames")
         hint = f"Decode each chunk with at least {more} frames of left context (stream_context_frames)."
+    elif ahead is not None and ahead.clean:
+        cause = (f"{more_la} frames of lookahead fix it: the decoder looks ahead (non-causal) "
+                 f"and needs more than {sm.lookahead_frames} future frames")
+        hint = (f"Decode each chunk with at least {more_la} frames of lookahead "
+                "(stream_lookahead_frames) and drop their samples.")
+    elif sm.request is not None:
+        cause = ("its chunks differ from its own full decode: the batched decode mixes the "
+                 "requests (per-request context, state or trims)")
+        hint = ("Keep each request's streaming state and trims per request: decode row r's chunks "
+                "from its own frames (codes[r, :, :lengths[r]]) with its own context and lookahead.")
     elif got.missing > 0 and got.missing % n_seams == 0:
         per = got.missing // n_seams
         cause = (f"more left context does not fix it: the stream is {got.missing} samples short, "
@@ -366,21 +449,92 @@ def stream_findings(sm: StreamMeasurement | None) -> list[Finding]:
         hint = ("Slice each chunk's audio from context_frames*hop_length - d (d = frames*hop_length "
                 "- output samples), not from context_frames*hop_length.")
     else:
-        cause = (f"more left context ({more} frames) does not fix it: the chunks are not decoded "
-                 "with the requested left context, or the seams are joined wrongly")
-        hint = ("Decode codes[:, start - context_frames:end] for each chunk and drop the first "
-                "context_frames*hop_length - d samples of its audio.")
+        tried = f"more left context ({more} frames)" + (
+            f" or more lookahead ({more_la} frames)" if more_la is not None else "")
+        cause = (f"{tried} does not fix it: the chunks are not decoded "
+                 "with the requested context, or the seams are joined wrongly")
+        hint = ("Decode codes[:, start - context_frames:end + lookahead_frames] for each chunk, drop "
+                "the first context_frames*hop_length - d samples and the lookahead's samples.")
+    who = "" if sm.request is None else f" request {sm.request} of the batch ({sm.frames} frames):"
     return [Finding(
         "hop", "hop.stream_boundary", "fail",
-        f"Streaming decode ({chunk}-frame chunks, {context} frames of left context) differs from "
-        f"the full decode at seam {i} (sample {start}, |err| {got.worst_err:.2e}, "
+        f"Streaming decode ({chunk}-frame chunks, {context} frames of left context{la_text}) differs "
+        f"from the full decode at{who} seam {i} (sample {start}, |err| {got.worst_err:.2e}, "
         f"{-db:.0f} dB below peak); {cause}.",
         ev, Where(samples=[int(start), int(start + chunk * sm.hop_length)]), hint)]
 
 
+def batch_row_finding(bm: BatchStreamMeasurement, sm: StreamMeasurement) -> Finding | None:
+    """``hop.stream_batch_row`` when request ``sm.request`` has another request's length.
+
+    Parameters
+    ----------
+    bm : BatchStreamMeasurement
+        The batched stream.
+    sm : StreamMeasurement
+        One of its rows, not clean.
+
+    Returns
+    -------
+    Finding or None
+        ``None`` when the row's stream length is its own or matches no other request's
+        (or the padded batch's) length.
+    """
+    r = sm.request
+    n = bm.expected_samples[r] - sm.streamed.missing
+    padded = max(bm.lengths) * sm.hop_length - sm.trim_d
+    others = [j for j, m in enumerate(bm.expected_samples) if j != r and m == n]
+    if n == bm.expected_samples[r] or (not others and n != padded):
+        return None
+    whose = f"request {others[0]}'s length ({bm.lengths[others[0]]} frames)" if others else \
+        f"the padded batch's length ({max(bm.lengths)} frames)"
+    ev = {**_stream_evidence(sm), "batch_lengths": bm.lengths, "expected_samples": bm.expected_samples[r],
+          "stream_samples": n, "trimmed_like_request": others[0] if others else None,
+          "padded_batch_samples": padded}
+    return Finding(
+        "hop", "hop.stream_batch_row", "fail",
+        f"Batched streaming decode: request {r} ({bm.lengths[r]} frames) streams {n} samples, its "
+        f"full decode {bm.expected_samples[r]}: it is trimmed with {whose}; first mismatch at "
+        f"sample {sm.first_mismatch_sample}.",
+        ev, Where(samples=_mismatch_range(sm)),
+        "Trim each request with its own length (lengths[r] * hop_length - d, its own lookahead "
+        "clipped at lengths[r]), never with the padded batch's or another row's.")
+
+
+def stream_batch_findings(bm: BatchStreamMeasurement | None) -> list[Finding]:
+    """The faults of a batched stream: one finding for the first request that differs.
+
+    Parameters
+    ----------
+    bm : BatchStreamMeasurement or None
+        From :func:`porting_kit.probes.streaming.measure_stream_batch`; ``None``: the
+        layout does not stream in batches.
+
+    Returns
+    -------
+    list of Finding
+        Empty when every request's stream matches its own full decode; else
+        ``hop.stream_batch_row`` (the row has another request's length),
+        ``hop.stream_lookahead`` (a wrong lookahead trim explains the row) or
+        ``hop.stream_boundary`` with ``request`` in the evidence.
+    """
+    if bm is None:
+        return []
+    for sm in bm.rows:
+        if sm.streamed.clean:
+            continue
+        f = batch_row_finding(bm, sm)
+        if f is None:
+            f = stream_findings(sm)[0]
+        f.evidence.setdefault("batch_lengths", bm.lengths)
+        return [f]
+    return []
+
+
 def check_stream(spec, codes, hop_length: int, full_candidate: Any, trim_d: int | None = None,
                  precision_floor: float = 0.0) -> list[Finding]:
-    """Compare the port's streaming decode with its full decode (``hop.stream_boundary``).
+    """Compare the port's streaming decode with its full decode (``hop.stream_boundary``,
+    ``hop.stream_lookahead``).
 
     :func:`porting_kit.probes.streaming.measure_stream` (same parameters: codes
     ``[shape=(num_codebooks, frames)]``, ``hop_length`` in samples, ``trim_d`` in
@@ -415,7 +569,64 @@ def check_stream(spec, codes, hop_length: int, full_candidate: Any, trim_d: int 
                                           precision_floor=precision_floor))
 
 
+def check_stream_batch(spec, codes, hop_length: int, trim_d: int,
+                       precision_floor: float = 0.0) -> list[Finding]:
+    """Compare each request of the port's batched streaming decode with its own full decode.
+
+    :func:`porting_kit.probes.streaming.measure_stream_batch` judged by
+    :func:`stream_batch_findings`.
+
+    Parameters
+    ----------
+    spec : Spec
+        Its ``decode_candidate_stream_batch`` and ``decode_candidate`` are called.
+    codes : torch.Tensor [shape=(num_codebooks, frames)]
+        The requests are cut from these codes (3 requests of very different lengths).
+    hop_length : int
+        Samples per code frame.
+    trim_d : int
+        The codec's ``d`` (samples).
+    precision_floor : float, default 0.0
+        Max |diff| (waveform units) below which a seam counts as clean.
+
+    Returns
+    -------
+    list of Finding
+        Empty when the layout does not stream in batches or every request is clean.
+
+    Raises
+    ------
+    InputError
+        A spec function raised or returned the wrong number of waveforms (exit 2).
+    """
+    return stream_batch_findings(measure_stream_batch(spec, codes, hop_length, trim_d,
+                                                      precision_floor=precision_floor))
+
+
 # --------------------------------------------------------------------------- family
+
+
+def _streaming(spec, pair, m: dict[str, Any], ev: dict[str, Any]) -> list[Finding]:
+    """The single-request stream, then (when it is clean or absent) the batched stream.
+
+    Sets ``ev["streaming_checked"]`` / ``ev["batch_streaming_checked"]`` when they ran.
+    """
+    single = callable(spec.get("decode_candidate_stream"))
+    batched = callable(spec.get("decode_candidate_stream_batch"))
+    if not (single or batched):
+        return []
+    if pair.hop_length is None:
+        return [skip("hop", "streaming check needs hop_length or codec_config() in the spec")]
+    d = int(pair.codes.shape[1]) * pair.hop_length - int(m["reference_samples"])
+    floor = float(m.get("max_abs_diff", 0.0)) if pair.dtype_explains else 0.0
+    found = []
+    if single:
+        found = check_stream(spec, pair.codes, pair.hop_length, pair.candidate, d, precision_floor=floor)
+        ev["streaming_checked"] = True
+    if batched and not found:  # a single-request fault would show in every row: reported once
+        found = check_stream_batch(spec, pair.codes, pair.hop_length, d, precision_floor=floor)
+        ev["batch_streaming_checked"] = True
+    return found
 
 
 def run(ctx) -> list[Finding]:
@@ -443,16 +654,7 @@ def run(ctx) -> list[Finding]:
     ev = {k: m[k] for k in ("frames", "hop_length", "reference_samples", "candidate_samples",
                             "reference_sample_rate", "candidate_sample_rate", "lag_samples",
                             "snr_db", "si_sdr_db", "log_mel_distance_db") if k in m}
-    if callable(ctx.spec.get("decode_candidate_stream")):
-        if pair.hop_length is None:
-            found.append(skip("hop", "streaming check needs hop_length or codec_config() in the spec"))
-        else:
-            n_ref = int(m["reference_samples"])
-            d = int(pair.codes.shape[1]) * pair.hop_length - n_ref
-            floor = float(m.get("max_abs_diff", 0.0)) if pair.dtype_explains else 0.0
-            found.extend(check_stream(ctx.spec, pair.codes, pair.hop_length, pair.candidate, d,
-                                      precision_floor=floor))
-            ev["streaming_checked"] = True
+    found.extend(_streaming(ctx.spec, pair, m, ev))
     if any(f.status == "fail" for f in found):
         return with_lengths(found, pair.comparison.metrics.lengths())
     return with_lengths(found + [ok("hop", "length, sample rate, timing and code layout match the "

@@ -470,6 +470,7 @@ from porting_kit.embedded import tts_audio as _tts_audio  # noqa: E402
 
 VARIANTS.update({name: desc for name, (desc, _) in _tts_audio.AUDIO_VARIANTS.items()})
 stream_chunk_frames = _tts_audio.STREAM_CHUNK_FRAMES
+stream_lookahead_frames = _tts_audio.STREAM_LOOKAHEAD_FRAMES
 _AUDIO: dict[str, Any] = {}
 
 
@@ -542,8 +543,8 @@ def decode_candidate(codes):
     return _audio()[1].decode(codes)
 
 
-def decode_candidate_stream(codes, chunk_frames, context_frames):
-    """The port's streaming decode (chunks with left context, same serving glue).
+def decode_candidate_stream(codes, chunk_frames, context_frames, lookahead_frames=0):
+    """The port's streaming decode (chunks with left context and lookahead, same serving glue).
 
     Parameters
     ----------
@@ -553,6 +554,8 @@ def decode_candidate_stream(codes, chunk_frames, context_frames):
     context_frames : int
         Frames of left context decoded before each chunk and dropped
         (:func:`stream_context_frames`: 24, 1 in ``audio_stream_context``).
+    lookahead_frames : int, default 0
+        Frames decoded after each chunk and dropped (:data:`stream_lookahead_frames`: 2).
 
     Returns
     -------
@@ -561,7 +564,28 @@ def decode_candidate_stream(codes, chunk_frames, context_frames):
     sample_rate : int
         Hz as the port reports it.
     """
-    return _audio()[1].decode_stream(codes, chunk_frames, context_frames)
+    return _audio()[1].decode_stream(codes, chunk_frames, context_frames, lookahead_frames)
+
+
+def decode_candidate_stream_batch(codes, lengths, chunk_frames, context_frames, lookahead_frames):
+    """The port's batched streaming decode of a padded batch of requests.
+
+    Parameters
+    ----------
+    codes : torch.LongTensor [shape=(batch, n_codebooks, max_frames)]
+        Request ``r`` holds ``lengths[r]`` frames, then padding.
+    lengths : list of int
+        Frames of each request.
+    chunk_frames, context_frames, lookahead_frames : int
+        As in :func:`decode_candidate_stream`.
+
+    Returns
+    -------
+    list of torch.Tensor [shape=(samples,)]
+        One served waveform per request (request 0's length for every request in
+        ``audio_stream_batch_row_trim``).
+    """
+    return _audio()[1].decode_stream_batch(codes, lengths, chunk_frames, context_frames, lookahead_frames)
 
 
 def stream_context_frames():

@@ -26,6 +26,7 @@ CODES_SEED = 4321
 #: The port's streaming configuration (frames).
 STREAM_CHUNK_FRAMES = 10
 STREAM_CONTEXT_FRAMES = 24
+STREAM_LOOKAHEAD_FRAMES = 2
 #: The example codec's random init peaks near 1.9; its last conv is scaled so audio stays in [-1, 1].
 OUTPUT_GAIN = 0.25
 
@@ -48,6 +49,13 @@ class AudioOptions:
         Sample rate reported instead of the codec's (``hop.sample_rate_mismatch``).
     stream_context : int or None
         Left-context frames of the port's streaming config (``hop.stream_boundary``).
+    lookahead_trim : str
+        How each streamed chunk's lookahead samples are dropped: ``"decoded"`` (correct:
+        the lookahead actually decoded), ``"none"`` (kept) or ``"fixed"`` (``lookahead *
+        hop`` from every chunk, also where the codes end) (``hop.stream_lookahead``).
+    batch_trim_row0 : bool
+        Batched streaming runs and trims every request with request 0's (the longest)
+        length (``hop.stream_batch_row``).
     stereo : bool
         Use the 2-channel codec (the stereo variants).
     interleave : bool
@@ -66,6 +74,8 @@ class AudioOptions:
     resample_to: int | None = None
     reported_rate: int | None = None
     stream_context: int | None = None
+    lookahead_trim: str = "decoded"
+    batch_trim_row0: bool = False
     stereo: bool = False
     interleave: bool = False
     first_channel: bool = False
@@ -95,6 +105,14 @@ AUDIO_VARIANTS: dict[str, tuple[str, AudioOptions]] = {
                              AudioOptions(keep_channel_axis=True)),
     "audio_codec_bf16": ("codec cast to bfloat16 (output cast back to float32)",
                          AudioOptions(bf16=True)),
+    # streaming with lookahead and batched streaming (issue 17 point 5)
+    "audio_stream_lookahead_untrimmed": ("streaming decode feeds 2 lookahead frames but keeps their "
+                                         "samples", AudioOptions(lookahead_trim="none")),
+    "audio_stream_lookahead_fixed_trim": ("streaming decode trims 2 lookahead frames' samples from every "
+                                          "chunk, also the last (which had none)",
+                                          AudioOptions(lookahead_trim="fixed")),
+    "audio_stream_batch_row_trim": ("batched streaming runs and trims every request with request 0's "
+                                    "length (padding decoded as audio)", AudioOptions(batch_trim_row0=True)),
 }
 
 
@@ -340,8 +358,9 @@ class CodecGlue:
         """
         return self.serve(self._raw(self.layout_codes(codes)))
 
-    def decode_stream(self, codes, chunk_frames: int, context_frames: int) -> tuple[Any, int]:
-        """Streaming decode, then the same serving glue.
+    def decode_stream(self, codes, chunk_frames: int, context_frames: int,
+                      lookahead_frames: int = 0) -> tuple[Any, int]:
+        """Streaming decode (a batch of one, :meth:`decode_stream_batch`), then the serving glue.
 
         Parameters
         ----------
@@ -350,22 +369,73 @@ class CodecGlue:
             Frames per chunk.
         context_frames : int
             Frames of left context decoded before each chunk and dropped from its output.
+        lookahead_frames : int, default 0
+            Frames decoded after each chunk and dropped from its output.
 
         Returns
         -------
         waveform : torch.Tensor
         sample_rate : int
             Hz, as reported.
+        """
+        (y,) = self.decode_stream_batch(codes[None], [int(codes.shape[-1])], chunk_frames,
+                                        context_frames, lookahead_frames, serve=False)
+        return self.serve(y)
+
+    def decode_stream_batch(self, codes, lengths: list[int], chunk_frames: int, context_frames: int,
+                            lookahead_frames: int = 0, serve: bool = True) -> list[Any]:
+        """Batched streaming decode of a padded batch: one codec window per chunk step.
+
+        Parameters
+        ----------
+        codes : torch.LongTensor [shape=(B, K, max_frames)]
+            Padded batch; request ``r`` holds ``lengths[r]`` frames.
+        lengths : list of int
+            Frames of each request.
+        chunk_frames, context_frames, lookahead_frames : int
+            As in :meth:`decode_stream`.
+        serve : bool, default True
+            Pass each request's audio through :meth:`serve` (waveform only).
+
+        Returns
+        -------
+        list of torch.Tensor
+            One waveform per request (served form; ``(C, samples)`` codec output with
+            ``serve=False``).
 
         Notes
         -----
-        Chunks come from :func:`porting_kit.probes.streaming.stream_decode` of the port's codec
-        call, with :attr:`hop_length` samples per frame.
+        Step ``[s, e)`` decodes the window ``[s - context, min(max_frames, e + lookahead))`` of
+        every request still running (the codec is causal, so padding frames after a request's
+        end do not change its samples) and keeps request ``r``'s samples from
+        ``(s - a) * hop - d`` to its own end ``min(lengths[r], e)`` (its lookahead clipped at
+        its own length), the way :func:`porting_kit.probes.streaming.stream_decode` slices.
         """
         import torch
 
-        from porting_kit.probes.streaming import stream_decode
+        from porting_kit.probes.streaming import output_trim
 
-        y, _ = stream_decode(lambda c: (self._raw(c), self.sample_rate), self.layout_codes(codes),
-                             chunk_frames, context_frames, self.hop_length)
-        return self.serve(torch.from_numpy(y).float())
+        o, hop = self.options, self.hop_length
+        ends = [int(lengths[0])] * len(lengths) if o.batch_trim_row0 else [int(n) for n in lengths]
+        T = int(codes.shape[-1])
+        # each request's codes rebuilt from its own token stream, its padding kept after them
+        rows = [torch.cat([self.layout_codes(codes[r, :, :n]), codes[r, :, n:]], dim=-1)
+                for r, n in enumerate(lengths)]
+        parts: list[list[Any]] = [[] for _ in lengths]
+        for s in range(0, T, chunk_frames):
+            e, a = min(T, s + chunk_frames), max(0, s - context_frames)
+            b = min(T, e + lookahead_frames)
+            for r, n in enumerate(ends):
+                if s >= n:
+                    continue
+                y = self._raw(rows[r][:, a:b])
+                d = output_trim(b - a, y.shape[-1], hop)
+                start = 0 if s == 0 else max((s - a) * hop - d, 0)
+                stop = (min(n, e) - a) * hop - d  # this request's own end
+                if o.lookahead_trim == "none":
+                    stop = (min(n, e + lookahead_frames) - a) * hop - d
+                elif o.lookahead_trim == "fixed":
+                    stop = (min(n, e + lookahead_frames) - a) * hop - d - lookahead_frames * hop
+                parts[r].append(y[:, start:stop])
+        out = [torch.cat(p, dim=-1).float() for p in parts]
+        return [self.serve(y)[0] for y in out] if serve else out

@@ -13,11 +13,19 @@ Spec audio names (README "Port spec: audio names")
 ``hop_length`` (int or function) or ``codec_config()``
     Hop in samples; from ``codec_config()`` it is the product of the
     ``upsampling_ratios`` (transformers) / ``ratios`` (Meta SEANet).
-``decode_candidate_stream(codes, chunk_frames, context_frames) -> (waveform, sample_rate)``, optional
+``decode_candidate_stream(codes, chunk_frames, context_frames[, lookahead_frames]) -> (waveform, sample_rate)``, optional
     The port's streaming decode: chunks of ``chunk_frames`` frames, each
-    decoded with ``context_frames`` frames of left context, concatenated.
-    ``stream_chunk_frames`` / ``stream_context_frames`` (ints, optional)
-    are the port's configured values (defaults 10 and 8).
+    decoded with ``context_frames`` frames of left context and
+    ``lookahead_frames`` future frames (whose samples are trimmed), concatenated.
+    ``lookahead_frames`` is passed only when the spec defines
+    ``stream_lookahead_frames``. ``stream_chunk_frames`` / ``stream_context_frames``
+    / ``stream_lookahead_frames`` (ints or functions, optional) are the port's
+    configured values (defaults 10, 8 and 0).
+``decode_candidate_stream_batch(codes, lengths, chunk_frames, context_frames, lookahead_frames) -> list``, optional
+    The port's batched streaming decode of a padded batch ``codes [shape=(batch,
+    num_codebooks, max_frames)]`` (request ``r`` holds ``lengths[r]`` frames, then
+    code 0): one waveform per request, each compared with ``decode_candidate`` of
+    its own frames.
 ``codec_candidate() -> nn.Module``, optional
     The candidate's codec module; its parameters must be float32 (dtype check).
 ``served_channels`` (int or function), optional

@@ -17,6 +17,10 @@ EXPECTED = {
     "audio_wrong_downmix": "channel.wrong_downmix",
     "audio_shape_contract": "channel.shape_contract",
     "audio_codec_bf16": "dtype.codec_autocast",
+    # streaming with lookahead, batched streaming (issue 17 point 5)
+    "audio_stream_lookahead_untrimmed": "hop.stream_lookahead",
+    "audio_stream_lookahead_fixed_trim": "hop.stream_lookahead",
+    "audio_stream_batch_row_trim": "hop.stream_batch_row",
 }
 
 
@@ -31,6 +35,7 @@ def test_clean_tts_passes_audio_families():
     rep = run_check(example="tts", only=ONLY)
     assert rep.codes() == ["hop.ok", "channel.ok", "dtype.ok"]
     assert rep.by_code("hop.ok")[0].evidence["streaming_checked"] is True
+    assert rep.by_code("hop.ok")[0].evidence["batch_streaming_checked"] is True
 
 
 @pytest.mark.parametrize("variant", sorted(EXPECTED))

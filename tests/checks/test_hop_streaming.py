@@ -72,3 +72,170 @@ def test_too_little_context_is_fixed_by_more():
     (f,) = check_stream(short, CODES, HOP, full, trim_d=D)
     assert f.code == "hop.stream_boundary" and f.evidence["more_context_fixes"] is True
     assert f.evidence["more_context_frames"] >= R - 1
+
+
+# --------------------------------------------------------------------------- lookahead (right context)
+
+LA = 2  # lookahead frames of the port
+
+
+def centred_decode(codes):
+    """(1, T) codes -> T*HOP samples: per-frame value, centred box filter over R frames each side
+    (non-causal, zero padded): a chunk needs R frames of left context and R of lookahead."""
+    x = torch.repeat_interleave(torch.sin(codes[0].double() * 0.7 + 0.3), HOP)  # code 0 is not silence
+    x = torch.nn.functional.pad(x, (R * HOP, R * HOP))
+    return x.unfold(0, 2 * R * HOP + 1, 1).mean(-1)[None].float(), 16000
+
+
+def _la_spec(stream, context=4, lookahead=LA, batch=None):
+    m = type("M", (), {})()
+    m.decode_candidate_stream = stream
+    m.stream_chunk_frames, m.stream_context_frames, m.stream_lookahead_frames = 5, context, lookahead
+    if batch is not None:
+        m.decode_candidate_stream_batch = batch
+        m.decode_candidate = lambda c: centred_decode(c)
+    return Spec(module=m, name="toy_lookahead")
+
+
+def _chunks(decode, codes, chunk, ctx, la, trim):
+    """A port's chunk loop that drops ``trim(b - e)`` samples at each chunk's end."""
+    T, parts = codes.shape[-1], []
+    for s in range(0, T, chunk):
+        e, a = min(T, s + chunk), max(0, s - ctx)
+        b = min(T, e + la)
+        y, _ = decode(codes[:, a:b])
+        parts.append(y[0, (s - a) * HOP:y.shape[-1] - trim(b - e)])
+    return torch.cat(parts), 16000
+
+
+def test_stream_decode_with_lookahead_matches_non_causal_full_decode():
+    full, _ = centred_decode(CODES)
+    y, _ = stream_decode(centred_decode, CODES, 5, R, HOP, lookahead_frames=R)
+    np.testing.assert_allclose(y[0], full[0].numpy(), atol=1e-6)
+
+
+def test_lookahead_port_passes():
+    full, _ = centred_decode(CODES)
+    good = _la_spec(lambda c, k, ctx, la: stream_decode(centred_decode, c, k, ctx, HOP, la))
+    assert check_stream(good, CODES, HOP, full, trim_d=0) == []
+
+
+def test_spec_without_lookahead_name_is_called_with_three_arguments():
+    full, _ = toy_decode(CODES)
+    calls = []
+
+    def three(c, k, ctx):
+        calls.append((k, ctx))
+        return stream_decode(toy_decode, c, k, ctx, HOP)
+
+    assert check_stream(_spec(three), CODES, HOP, full, trim_d=D) == [] and calls == [(5, 4)]
+
+
+def test_too_little_lookahead_is_fixed_by_more():
+    full, _ = centred_decode(CODES)
+    spec = _la_spec(lambda c, k, ctx, la: stream_decode(centred_decode, c, k, ctx, HOP, la), lookahead=1)
+    (f,) = check_stream(spec, CODES, HOP, full, trim_d=0)
+    assert f.code == "hop.stream_boundary"
+    assert f.evidence["more_context_fixes"] is False and f.evidence["more_lookahead_fixes"] is True
+    assert f.evidence["more_lookahead_frames"] == 2 and f.evidence["lookahead_frames"] == 1
+
+
+def test_untrimmed_lookahead_is_named_with_its_offset():
+    full, _ = centred_decode(CODES)
+    spec = _la_spec(lambda c, k, ctx, la: _chunks(centred_decode, c, k, ctx, la, lambda n: 0))
+    (f,) = check_stream(spec, CODES, HOP, full, trim_d=0)
+    assert f.code == "hop.stream_lookahead" and f.evidence["trim_fit"] == "untrimmed"
+    assert f.evidence["trim_samples"] == 0 and f.evidence["expected_trim_samples"] == LA * HOP
+    assert f.evidence["missing_samples"] == -7 * LA * HOP  # 8 chunks, the last without lookahead
+    assert f.evidence["first_mismatch_sample"] == 5 * HOP  # chunk 1 starts LA*HOP samples late
+
+
+def test_lookahead_trimmed_by_wrong_count():
+    full, _ = centred_decode(CODES)
+    spec = _la_spec(lambda c, k, ctx, la: _chunks(centred_decode, c, k, ctx, la,
+                                                  lambda n: n * HOP - 3 if n else 0))
+    (f,) = check_stream(spec, CODES, HOP, full, trim_d=0)
+    assert f.code == "hop.stream_lookahead" and f.evidence["trim_fit"] == "wrong_count"
+    assert f.evidence["trim_samples"] == LA * HOP - 3 and f.evidence["missing_samples"] == -7 * 3
+
+
+def test_lookahead_trimmed_also_where_the_codes_end():
+    full, _ = centred_decode(CODES)
+    spec = _la_spec(lambda c, k, ctx, la: _chunks(centred_decode, c, k, ctx, la, lambda n: LA * HOP))
+    (f,) = check_stream(spec, CODES, HOP, full, trim_d=0)
+    assert f.code == "hop.stream_lookahead" and f.evidence["trim_fit"] == "fixed_trim"
+    assert f.evidence["first_mismatch_sample"] == 40 * HOP - LA * HOP
+    assert f.where.samples == [40 * HOP - LA * HOP, 40 * HOP]
+
+
+# --------------------------------------------------------------------------- batched streaming
+
+from porting_kit.errors import InputError  # noqa: E402
+from porting_kit.probes.streaming import batch_lengths, stream_decode_batch  # noqa: E402
+from porting_kit.checks.hop import check_stream_batch  # noqa: E402
+
+
+def _good_batch(codes, lengths, k, ctx, la):
+    return [y[0] for y in stream_decode_batch(centred_decode, codes, lengths, k, ctx, HOP, la)]
+
+
+def test_batch_lengths_are_very_different():
+    assert batch_lengths(40) == [40, 25, 11] and batch_lengths(1) == [1]
+
+
+def test_clean_batched_stream_passes():
+    assert check_stream_batch(_la_spec(None, batch=_good_batch), CODES, HOP, 0) == []
+
+
+def test_row_trimmed_with_another_rows_length():
+    def bad(codes, lengths, k, ctx, la):  # every row run to the padded batch's length
+        return [stream_decode(centred_decode, codes[r], k, ctx, HOP, la)[0][0] for r in range(len(lengths))]
+
+    (f,) = check_stream_batch(_la_spec(None, batch=bad), CODES, HOP, 0)
+    assert f.code == "hop.stream_batch_row" and f.evidence["request"] == 1
+    assert f.evidence["trimmed_like_request"] == 0 and f.evidence["stream_samples"] == 40 * HOP
+    assert f.evidence["expected_samples"] == 25 * HOP
+    assert f.where.samples == [(25 - R) * HOP, 25 * HOP]  # the padding reaches R frames back
+
+
+def test_row_lookahead_read_from_padding_is_a_boundary_fault_of_that_row():
+    def bad(codes, lengths, k, ctx, la):  # lookahead read past the row's end, from padding
+        out = []
+        for r, n in enumerate(lengths):
+            y, _ = stream_decode(centred_decode, codes[r], k, ctx, HOP, la)
+            out.append(y[0, :n * HOP])
+        return out
+
+    (f,) = check_stream_batch(_la_spec(None, batch=bad), CODES, HOP, 0)
+    assert f.code == "hop.stream_boundary" and f.evidence["request"] == 1
+    assert f.evidence["first_mismatch_sample"] == 25 * HOP - R * HOP  # R frames of padding reach back
+    assert f.evidence["batch_lengths"] == [40, 25, 11]
+
+
+def test_batch_of_wrong_size_is_an_input_error():
+    import pytest
+
+    with pytest.raises(InputError, match="one per request"):
+        check_stream_batch(_la_spec(None, batch=lambda c, n, k, ctx, la: [c[0, 0].float()]), CODES, HOP, 0)
+
+
+def test_lookahead_on_a_decoder_that_trims_d_samples():
+    """Causal toy decoder (frames*HOP - D samples): a clean lookahead stream passes, an untrimmed
+    one is named, though each chunk's end sits D samples before its frame boundary."""
+    full, _ = toy_decode(CODES)
+    good = _la_spec(lambda c, k, ctx, la: stream_decode(toy_decode, c, k, ctx, HOP, la))
+    assert check_stream(good, CODES, HOP, full, trim_d=D) == []
+
+    def untrimmed(c, k, ctx, la):  # slices from (s - a)*HOP - D, keeps the lookahead's samples
+        T, parts = c.shape[-1], []
+        for s in range(0, T, k):
+            a = max(0, s - ctx)
+            y, _ = toy_decode(c[:, a:min(T, s + k + la)])
+            parts.append(y[0, 0 if s == 0 else (s - a) * HOP - D:])
+        return torch.cat(parts), 16000
+
+    (f,) = check_stream(_la_spec(untrimmed), CODES, HOP, full, trim_d=D)
+    assert f.code == "hop.stream_lookahead" and f.evidence["trim_fit"] == "untrimmed"
+    # causal: the kept lookahead samples are the next ones of the full decode; the stream repeats
+    # them, from the end of chunk 0's lookahead on
+    assert f.evidence["first_mismatch_sample"] == 5 * HOP - D + LA * HOP
