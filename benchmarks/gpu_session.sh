@@ -37,7 +37,7 @@ python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch
 
 
 step pytest_gpu 120 python3 -m pytest -q -m gpu -p no:cacheprovider -ra
-step pytest_all "${SUITE_S:-240}" python3 -m pytest -q -p no:cacheprovider -rfEs -v -n "${XDIST:-8}" --junitxml "$OUT/pytest_all.xml"
+step pytest_all "${SUITE_S:-240}" python3 -m pytest -p no:cacheprovider -rfEs -v -n "${XDIST:-8}" --junitxml "$OUT/pytest_all.xml"
 # the summary line only (the whole log stays in pytest_all.log)
 [ -f "$OUT/pytest_all.log" ] && tail -n 1 "$OUT/pytest_all.log" | sed 's/^/pytest_all: /' | tee -a "$SUMMARY"
 
