@@ -74,3 +74,31 @@ class CheckContext:
         if self.dtype not in table:
             raise InputError(f"--dtype {self.dtype!r}: use float32, bfloat16 or float16")
         return table[self.dtype]
+
+    def check_device(self) -> None:
+        """Refuse a CUDA device this machine does not have, before any model is built.
+
+        Raises
+        ------
+        InputError
+            ``--device cuda[:N]`` with no CUDA build or device, or an index at or past
+            ``torch.cuda.device_count()`` (one line, exit 2; torch's own error is several lines
+            and poisons the CUDA context). Other device names are left to torch (``.to``).
+        """
+        import torch
+
+        from porting_kit.errors import InputError
+
+        try:
+            dev = torch.device(self.device)
+        except (RuntimeError, TypeError) as exc:
+            raise InputError(f"--device {self.device!r}: {str(exc).splitlines()[0]}") from exc
+        if dev.type != "cuda":
+            return
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {self.device}: CUDA is not available here "
+                             f"(torch {torch.__version__}: torch.cuda.is_available() is False)")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise InputError(f"--device {self.device}: this machine has {count} CUDA device(s) "
+                             f"(cuda:0 to cuda:{count - 1})")

@@ -115,8 +115,8 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     ------
     InputError
         The tool could not run (exit 2): bad spec, weights that cannot be
-        loaded, unknown family or dtype, ``tp`` below 1, a tensor-parallel rank that
-        failed or timed out.
+        loaded, unknown family or dtype, a CUDA device this machine lacks, ``tp``
+        below 1, a tensor-parallel rank that failed or timed out.
     """
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise InputError(f"--tp {tp!r}: give a tensor-parallel size of 1 or more")
@@ -125,6 +125,7 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     families = parse_only(only)
     ctx = CheckContext(spec=spec, device=device, dtype=dtype, progress=progress or _log_progress, tp=tp)
     ctx.torch_dtype()  # validate the dtype name before any work
+    ctx.check_device()
     report = Report(command="check")
     t_all = time.perf_counter()
     for fam in families:

@@ -44,6 +44,16 @@ def test_codec_eos_preferred_over_text_eos(tmp_path):
     assert facts.hop_length.value == 320  # a direct hop_length wins over ratios
 
 
+def _ruff(root):
+    """ruff over a scaffold; skipped, naming the package, where ruff is not installed (the GPU
+    machine's image has no ruff)."""
+    import shutil
+
+    if shutil.which("ruff") is None:
+        pytest.skip("needs the package ruff (not installed; pip install ruff)")
+    return ruff_check(root)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_vllm_omni_shape_scaffolds_validates_and_passes_ruff(tmp_path, shape):
     out = make_scaffold(tmp_path, shape)
@@ -56,7 +66,7 @@ def test_vllm_omni_shape_scaffolds_validates_and_passes_ruff(tmp_path, shape):
             f"examples/offline_inference/text_to_speech/{m}/end2end.py",
             f"tests/model_executor/models/{m}/test_{m}_config.py"} <= files
     assert (f"vllm_omni/model_executor/models/{m}/{m}_code2wav.py" in files) == (shape == "two-stage")
-    rc, text = ruff_check(out)
+    rc, text = _ruff(out)
     assert rc == 0, text
     deploy_text = (out / f"vllm_omni/deploy/{m}.yaml").read_text()
     deploy = yaml.safe_load(deploy_text)
@@ -120,7 +130,7 @@ def test_sglang_scaffold_real_validation(tmp_path):
     config = (out / "sglang_omni/models/my_tts/config.py").read_text()
     for needle in ("wait_for=", "merge_fn=", "stream_to=", 'process="pipeline"', "next=", "terminal=True"):
         assert needle in config
-    rc, text = ruff_check(out)
+    rc, text = _ruff(out)
     assert rc == 0, text
     report = validate_static(out)
     assert report.status == "pass", [(f.code, f.message) for f in report.findings]

@@ -232,3 +232,20 @@ def test_non_tensor_extra_state_is_not_handed_to_load_weights():
 
     wl = load_weights(_spec(), QKVExtra(), FusedExtra())
     assert wl.method == "load_weights" and wl.weight_map == {"qkv.weight": ["q.weight", "k.weight", "v.weight"]}
+
+
+def test_cuda_device_index_past_the_count_is_one_line_before_any_model(monkeypatch):
+    """``--device cuda:7`` on a one-GPU machine: torch's own error is several lines and poisons
+    the CUDA context; the check refuses it up front (faked CUDA here, real on the GPU machine)."""
+    import torch
+
+    from porting_kit.context import CheckContext
+    from porting_kit.errors import InputError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    ctx = CheckContext(spec=None, device="cuda:7")
+    with pytest.raises(InputError, match=r"^--device cuda:7: this machine has 1 CUDA device\(s\) \(cuda:0 to cuda:0\)$"):
+        ctx.check_device()
+    CheckContext(spec=None, device="cuda:0").check_device()  # in range: no error
+    CheckContext(spec=None, device="cpu").check_device()
