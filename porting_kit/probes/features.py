@@ -495,7 +495,10 @@ def _centres(feat: np.ndarray, n: int, sr: int, seconds: float, f0: float, f1: f
 
 
 def _scale_of(centres: np.ndarray) -> str:
-    """The mel scale whose mel values of ``centres`` are most evenly spaced (linear in the bin)."""
+    """The mel scale whose mel values of ``centres`` are most evenly spaced (linear in the bin):
+    ``"slaney"`` or ``"htk"``. Kaldi's scale, ``1127 ln(1 + f/700)``, is HTK's ``2595 log10(1 + f/700)``
+    times 1.000009, so the two cannot be told apart by spacing (which one won was float noise,
+    platform-dependent): both are named ``"htk"``."""
     from porting_kit.adapters.torchaudio_guard import ensure_importable
 
     ensure_importable()
@@ -503,7 +506,7 @@ def _scale_of(centres: np.ndarray) -> str:
 
     best, name = float("inf"), "unknown"
     idx = np.arange(len(centres))
-    for scale in ("slaney", "htk", "kaldi"):
+    for scale in ("slaney", "htk"):
         mel = hertz_to_mel(np.maximum(centres, 1.0), mel_scale=scale)
         a, b = np.polyfit(idx, mel, 1)
         res = float(np.abs(a * idx + b - mel).max() / max(abs(a), 1e-12))  # in bins
