@@ -211,8 +211,14 @@ def _live_request_key(attr: str, key: ast.AST) -> bool:
 
 
 def _dropped_state(stmt: ast.AST) -> list[tuple[ast.AST, str]]:
-    """``self.<attr>.pop(<request id>...)`` / ``del self.<attr>[<request id>]`` in one statement."""
+    """``self.<attr>.pop(<request id>...)`` / ``del self.<attr>[<request id>]`` in one statement.
+
+    ``return self.<attr>.pop(<request id>, ...)`` is not one: the value is handed to the caller (a
+    one-shot queue of ready chunks), not decoder state dropped."""
     found = []
+    if stmt.__class__ is ast.Return and stmt.value.__class__ is ast.Call \
+            and stmt.value.func.__class__ is ast.Attribute and stmt.value.func.attr == "pop":
+        return found
     if stmt.__class__ is ast.Delete:
         for target in stmt.targets:
             if target.__class__ is ast.Subscript:

@@ -197,6 +197,8 @@ def test_teardown_and_put_back_pops_are_left_alone(tmp_path):
                 for c in chunks:
                     yield self.codec.decode(c, self._stream_state[request_id])
                 self._stream_state.pop(request_id, None)
+            def next_chunk(self, request_id):
+                return self._ready_chunks.pop(request_id, None)  # a one-shot handout, not state
         """)
     assert (rc, out) == (0, "")
 
