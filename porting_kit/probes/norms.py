@@ -242,16 +242,17 @@ class NormAgreement:
 
 
 def _agreement_stats(yr, yc):
-    """``(element, row_common)`` as 0-d float32 tensors on the outputs' device (no sync)."""
+    """``(element, row_common)`` per pair, each [shape=(pairs,)] float32 on the outputs'
+    device (no sync), from stacked outputs ``yr``, ``yc`` [shape=(pairs, rows, D)]."""
     import torch
 
     yr, yc = yr.float(), yc.float()
-    peak = yr.abs().amax(-1)
-    element = ((yc - yr).abs().amax(-1) / peak.clamp_min(1e-30)).amax()
-    keep = yr.abs() > 1e-3 * peak[:, None]
+    peak = yr.abs().amax(-1, keepdim=True)
+    element = ((yc - yr).abs().amax(-1, keepdim=True) / peak.clamp_min(1e-30)).amax(dim=(-2, -1))
+    keep = yr.abs() > 1e-3 * peak
     ratio = torch.where(keep, yc / torch.where(keep, yr, torch.ones_like(yr)), torch.nan)
     row = ratio.nanmedian(dim=-1).values - 1
-    row_common = row.pow(2).nanmean().sqrt()
+    row_common = row.pow(2).nanmean(dim=-1).sqrt()
     return element, row_common
 
 
@@ -260,6 +261,20 @@ def _module_dtype(module):
 
     p = next((t for t in [*module.parameters(), *module.buffers()] if t.is_floating_point()), None)
     return (p.dtype, p.device) if p is not None else (torch.float32, torch.device("cpu"))
+
+
+def _pair_outputs(ref, cand, x):
+    """``(native (y_ref, y_cand), bfloat16 (y_ref, y_cand), dtype name)`` on ``x``."""
+    import torch
+
+    with torch.no_grad():
+        native = (_call(ref, x), _call(cand, x))
+        if x.dtype == torch.bfloat16:
+            return native, native
+        r16 = copy.deepcopy(ref).to(dtype=torch.bfloat16)
+        c16 = copy.deepcopy(cand).to(dtype=torch.bfloat16)
+        x16 = x.to(torch.bfloat16)
+        return native, (_call(r16, x16), _call(c16, x16))
 
 
 def norm_agreements(pairs: list[tuple[Any, Any, int]]) -> list[NormAgreement | None]:
@@ -279,43 +294,41 @@ def norm_agreements(pairs: list[tuple[Any, Any, int]]) -> list[NormAgreement | N
     Returns
     -------
     list of NormAgreement or None
-        One per pair; None where a module cannot run on such rows or in bfloat16. All
-        figures come to the host in one copy.
+        One per pair; None where a module cannot run on such rows or in bfloat16, or
+        returns another shape. The figures of all pairs of one width are computed stacked,
+        and come to the host in one copy.
     """
     import torch
 
     rows: dict[int, Any] = {}
-    pending = []
-    for ref, cand, dim in pairs:
+    groups: dict[tuple, list[tuple[int, Any, Any]]] = {}  # (dim, device) -> (index, native, low)
+    dtypes: list[str] = []
+    for i, (ref, cand, dim) in enumerate(pairs):
         if dim not in rows:
             rand, alt, _ = probe_rows(dim)
             rows[dim] = torch.cat([rand / 100.0, alt], 0)
         dtype, device = _module_dtype(ref)
+        dtypes.append(str(dtype).replace("torch.", ""))
         try:
-            x = rows[dim].to(device=device, dtype=dtype)
-            with torch.no_grad():
-                native = _agreement_stats(_call(ref, x), _call(cand, x))
-                if dtype == torch.bfloat16:
-                    low = native
-                else:
-                    r16 = copy.deepcopy(ref).to(dtype=torch.bfloat16)
-                    c16 = copy.deepcopy(cand).to(dtype=torch.bfloat16)
-                    x16 = x.to(torch.bfloat16)
-                    low = _agreement_stats(_call(r16, x16), _call(c16, x16))
+            native, low = _pair_outputs(ref, cand, rows[dim].to(device=device, dtype=dtype))
         except Exception:  # noqa: BLE001 - a module that cannot run on (rows, dim) alone: no screen
-            pending.append(None)
             continue
-        pending.append((str(dtype).replace("torch.", ""), torch.stack([*native, *low])))
-    done = [p for p in pending if p is not None]
-    if not done:
-        return [None] * len(pending)
-    first = done[0][1].device
-    host = torch.stack([t.to(first) for _, t in done]).cpu().tolist()
-    out: list[NormAgreement | None] = []
-    it = iter(host)
-    for p in pending:
-        out.append(None if p is None else NormAgreement(p[0], *next(it)))
-    return out
+        shape = (rows[dim].shape[0], dim)
+        if any(tuple(y.shape) != shape for y in (*native, *low)):
+            continue
+        groups.setdefault((dim, str(device)), []).append((i, native, low))
+    figures: dict[int, Any] = {}
+    stacked = []
+    for items in groups.values():
+        el, row = _agreement_stats(torch.stack([n[0] for _, n, _ in items]),
+                                   torch.stack([n[1] for _, n, _ in items]))
+        el16, row16 = _agreement_stats(torch.stack([lo[0] for _, _, lo in items]),
+                                       torch.stack([lo[1] for _, _, lo in items]))
+        stacked.append(([i for i, _, _ in items], torch.stack([el, row, el16, row16], 1).cpu()))
+    for idx, host in stacked:  # one host copy per width and device
+        for i, vals in zip(idx, host.tolist()):
+            figures[i] = vals
+    return [NormAgreement(dtypes[i], *figures[i]) if i in figures else None for i in range(len(pairs))]
 
 
 def same_function_key(module, dim: int) -> tuple | None:
