@@ -6,7 +6,8 @@ Codes: ``norm.eps_mismatch``, ``norm.kind_mismatch``, ``norm.weight_offset``,
 
 How it decides (:mod:`porting_kit.probes.norms` does the measuring)
 ----------------------------------------------------------------
-1. Both models run once with their norm calls recorded. Norm modules are
+1. Both models' norm calls are recorded in one forward (the parity pass's when the
+   run includes parity, :mod:`porting_kit.probes.prefill`; else a forward of each here). Norm modules are
    paired by width and call order (hidden-size norms with hidden-size norms,
    head-size q/k norms with q/k norms).
 2. *Structure.* The reference calls head-size norms inside its blocks and
@@ -18,7 +19,10 @@ How it decides (:mod:`porting_kit.probes.norms` does the measuring)
    (:func:`porting_kit.probes.norms.capture_functional_norms`): an eps hard-coded in a
    call that differs from the reference's (its functional call of that kind and width,
    else its norm module's ``eps``) is ``norm.eps_mismatch`` with both values.
-3. *Function.* Each paired module is fingerprinted on synthetic rows (kind,
+3. *Function.* *Screen:* both modules of a pair run on the same probe rows, natively and in
+   bfloat16 (:func:`porting_kit.probes.norms.norm_agreements`); a pair whose outputs agree
+   within :data:`SCREEN_TOL` computes the same function and is not fingerprinted.
+   Each other paired module is fingerprinted on synthetic rows (kind,
    effective weight, eps, bfloat16 error) and the fingerprints are compared
    in this order: kind (``norm.kind_mismatch``: RMS vs Layer); effective
    weight equal to ``1 + w_ref`` (or ``w_ref - 1``): ``norm.weight_offset``;
@@ -112,8 +116,9 @@ def run(ctx: CheckContext) -> list[Finding]:
     Parameters
     ----------
     ctx : CheckContext
-        Needs the parity trio; each side's forward runs once more with norm calls
-        recorded. Writes ``ctx.extras["norm_pairs"]``.
+        Needs the parity trio; the norm calls come from the parity pass's forward
+        (:func:`porting_kit.probes.prefill.get_facts`) or, without it, from one more
+        forward of each side. Writes ``ctx.extras["norm_pairs"]``.
 
     Returns
     -------

@@ -15,8 +15,12 @@ How it decides (differential, :mod:`porting_kit.probes.rotary` does the measurin
    compared as partial rotary: a rotated fraction different from the
    reference's is ``rope.partial_rotary_mismatch`` (both fractions in the
    evidence), an equal one goes on to the measured rotation.
-2. *Measured rotation.* Both models run once on the spec's inputs; the first
-   attention call's q/k are captured on each side. The reference's rotation
+2. *Measured rotation.* The first attention call's q/k are captured on each side
+   (from the parity pass's forward when the run includes parity,
+   :mod:`porting_kit.probes.prefill`; else both models run once, up to that call).
+   *Screen:* when the candidate's post-rotary q/k equal the reference's at every
+   position within a quarter of the angle tolerance, it is ``rope.ok`` and nothing
+   below runs. The reference's rotation
    is undone with its own ``cos``/``sin``, giving pre-rotary q/k. If the
    candidate's post-rotary vectors do not have the same per-token norms
    (rotation preserves them), q/k already differ *before* RoPE: not a RoPE
