@@ -117,6 +117,8 @@ def _check(ctx, families: list[str] | None):
     pair = ctx.state["pair"]
     ctx.state.clear()
     ctx.state["pair"] = pair
+    ctx.families = tuple(families or ())  # as run_check sets it: the parity pass records the
+    # prefill families' facts in its forward (porting_kit/probes/prefill.py)
     if not families:
         res = get_result(ctx)
     else:

@@ -39,6 +39,11 @@ class CheckContext:
         ``progress(text)`` to report a stage; a no-op by default.
     tp : int
         Tensor-parallel size for the ``tp`` family (``--tp N``); 1 (the default) skips it.
+    families : tuple of str
+        The families this run will run (set by the runner). The parity pass reads it to
+        record, in its own forward, the facts the prefill families (rope, norm) need
+        (:mod:`porting_kit.probes.prefill`), so they run no forward of their own; empty:
+        nothing extra is recorded.
     """
 
     spec: Spec
@@ -49,6 +54,7 @@ class CheckContext:
     extras: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[str], None] = lambda text: None
     tp: int = 1
+    families: tuple[str, ...] = ()
 
     def torch_dtype(self):
         """The ``torch.dtype`` for :attr:`dtype`, or ``None`` when no override was given.

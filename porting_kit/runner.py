@@ -123,7 +123,8 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     if not isinstance(spec, Spec):
         spec = load_spec(spec, example=example, variant=variant, trust_remote_code=trust_remote_code)
     families = parse_only(only)
-    ctx = CheckContext(spec=spec, device=device, dtype=dtype, progress=progress or _log_progress, tp=tp)
+    ctx = CheckContext(spec=spec, device=device, dtype=dtype, progress=progress or _log_progress, tp=tp,
+                       families=tuple(families))
     ctx.torch_dtype()  # validate the dtype name before any work
     ctx.check_device()
     report = Report(command="check")

@@ -6,7 +6,8 @@ Codes: ``norm.eps_mismatch``, ``norm.kind_mismatch``, ``norm.weight_offset``,
 
 How it decides (:mod:`porting_kit.probes.norms` does the measuring)
 ----------------------------------------------------------------
-1. Both models run once with their norm calls recorded. Norm modules are
+1. Both models' norm calls are recorded in one forward (the parity pass's when the
+   run includes parity, :mod:`porting_kit.probes.prefill`; else a forward of each here). Norm modules are
    paired by width and call order (hidden-size norms with hidden-size norms,
    head-size q/k norms with q/k norms).
 2. *Structure.* The reference calls head-size norms inside its blocks and
@@ -18,7 +19,10 @@ How it decides (:mod:`porting_kit.probes.norms` does the measuring)
    (:func:`porting_kit.probes.norms.capture_functional_norms`): an eps hard-coded in a
    call that differs from the reference's (its functional call of that kind and width,
    else its norm module's ``eps``) is ``norm.eps_mismatch`` with both values.
-3. *Function.* Each paired module is fingerprinted on synthetic rows (kind,
+3. *Function.* *Screen:* both modules of a pair run on the same probe rows, natively and in
+   bfloat16 (:func:`porting_kit.probes.norms.norm_agreements`); a pair whose outputs agree
+   within :data:`SCREEN_TOL` computes the same function and is not fingerprinted.
+   Each other paired module is fingerprinted on synthetic rows (kind,
    effective weight, eps, bfloat16 error) and the fingerprints are compared
    in this order: kind (``norm.kind_mismatch``: RMS vs Layer); effective
    weight equal to ``1 + w_ref`` (or ``w_ref - 1``): ``norm.weight_offset``;
@@ -48,10 +52,12 @@ from porting_kit.probes.norms import (
     capture_functional_norms,
     capture_norm_calls,
     fingerprint,
+    norm_agreements,
     same_function_key,
     same_state,
 )
 from porting_kit.load import run_side
+from porting_kit.probes.prefill import get_facts
 
 P = "norm"
 _MISSING = object()  # "not fingerprinted yet" (None means "could not be fingerprinted")
@@ -61,6 +67,14 @@ _MISSING = object()  # "not fingerprinted yet" (None means "could not be fingerp
 UPCAST_RATIO = 2.5
 #: Fitted eps values further apart than this factor are a mismatch.
 EPS_FACTOR = 1.05
+#: The cheap screen before fingerprinting, by dtype: ``(element, row_common)`` bounds on
+#: :class:`~porting_kit.probes.norms.NormAgreement`. Far below what the fingerprint names:
+#: an eps off by EPS_FACTOR moves the alternating row at ``s^2 = eps`` by about 1.2 % (row
+#: common), no fp32 upcast moves every row by about 1e-3 in bfloat16 (row common), a weight
+#: offset or another kind moves elements by O(1); the element bounds are a few units in the
+#: last place (bfloat16 rounds at 0.4 %).
+SCREEN_TOL = {"float32": (1e-4, 1e-5), "float64": (1e-4, 1e-5), "float16": (4e-3, 3e-4),
+              "bfloat16": (2e-2, 3e-4)}
 
 _HINTS = {
     "norm.eps_mismatch": ("Take eps from the reference config (rms_norm_eps / layer_norm_eps / "
@@ -102,8 +116,9 @@ def run(ctx: CheckContext) -> list[Finding]:
     Parameters
     ----------
     ctx : CheckContext
-        Needs the parity trio; each side's forward runs once more with norm calls
-        recorded. Writes ``ctx.extras["norm_pairs"]``.
+        Needs the parity trio; the norm calls come from the parity pass's forward
+        (:func:`porting_kit.probes.prefill.get_facts`) or, without it, from one more
+        forward of each side. Writes ``ctx.extras["norm_pairs"]``.
 
     Returns
     -------
@@ -122,15 +137,18 @@ def run(ctx: CheckContext) -> list[Finding]:
     from porting_kit.load import load_pair
 
     pair = load_pair(ctx)
-    ref_sites, cand_sites = find_norms(pair.reference), find_norms(pair.candidate)
+    facts = get_facts(ctx, "norm")
+    if facts is not None:  # recorded by the parity pass's forward (probes/prefill.py)
+        ref_sites, cand_sites = facts[0].norm_sites, facts[1].norm_sites
+    else:
+        ref_sites, cand_sites = find_norms(pair.reference), find_norms(pair.candidate)
     if not ref_sites and not cand_sites:
         return [skip(P, "no RMSNorm/LayerNorm module found on either side")]
-    with capture_norm_calls(pair.reference, ref_sites) as rcalls, \
-            capture_functional_norms(pair.reference) as rfun:
-        run_side(ctx.spec, "reference", pair.reference, pair.inputs)
-    with capture_norm_calls(pair.candidate, cand_sites) as ccalls, \
-            capture_functional_norms(pair.candidate) as cfun:
-        run_side(ctx.spec, "candidate", pair.candidate, pair.inputs)
+    if facts is not None:
+        rcalls, rfun = facts[0].norm_calls, facts[0].functional_norms
+        ccalls, cfun = facts[1].norm_calls, facts[1].functional_norms
+    else:  # the parity pass recorded nothing: this family's own forwards
+        rcalls, rfun, ccalls, cfun = _capture(ctx, pair, ref_sites, cand_sites)
     ref_used = _used(ref_sites, rcalls)
     cand_used = _used(cand_sites, ccalls)
     if not ref_used:
@@ -149,6 +167,18 @@ def run(ctx: CheckContext) -> list[Finding]:
             f.evidence["first_divergence"] = f"{fd.get('reference_module')} ~ {fd.get('candidate_module')}"
     return findings or [ok(P, f"{len(pairs)} norm module pairs compute the same function "
                               "(kind, weight, eps, bfloat16 error).", {"pairs": len(pairs)})]
+
+
+def _capture(ctx: CheckContext, pair, ref_sites, cand_sites):
+    """One forward per side with the norm calls and functional norm calls recorded;
+    ``(ref_calls, ref_functional, cand_calls, cand_functional)``."""
+    with capture_norm_calls(pair.reference, ref_sites) as rcalls, \
+            capture_functional_norms(pair.reference) as rfun:
+        run_side(ctx.spec, "reference", pair.reference, pair.inputs)
+    with capture_norm_calls(pair.candidate, cand_sites) as ccalls, \
+            capture_functional_norms(pair.candidate) as cfun:
+        run_side(ctx.spec, "candidate", pair.candidate, pair.inputs)
+    return rcalls, rfun, ccalls, cfun
 
 
 def _reference_eps(fn: str, width: int, rfun: list[FunctionalNormCall],
@@ -300,7 +330,10 @@ def _functions(pairs: list[_Pair]) -> list[Finding]:
             cache[id(site.module)] = hit
         return cache[id(site.module)]
 
-    for p in pairs:
+    screens = norm_agreements([(p.ref.module, p.cand.module, p.ref.dim) for p in pairs])
+    for p, screen in zip(pairs, screens):
+        if _agree(screen):
+            continue  # same outputs on the probe rows, natively and in bfloat16: same function
         fr, fc = fp(p.ref), fp(p.cand)
         if fr is None or fc is None:
             continue
@@ -315,6 +348,19 @@ def _functions(pairs: list[_Pair]) -> list[Finding]:
         more = f" ({len(items)} of {len(pairs)} norm pairs)" if len(items) > 1 else ""
         out.append(_fail(code, msg.rstrip(".") + more + ".", ev, Where(p.ref.name, p.cand.name)))
     return out
+
+
+def _agree(screen) -> bool:
+    """Whether the cheap screen (:func:`~porting_kit.probes.norms.norm_agreements`) shows
+    the pair computing the same function: both figures within :data:`SCREEN_TOL` natively
+    and in bfloat16. No screen (a module that could not run): False (fingerprint it)."""
+    if screen is None:
+        return False
+    el, row = SCREEN_TOL.get(screen.dtype, SCREEN_TOL["float32"])
+    el16, row16 = SCREEN_TOL["bfloat16"]
+    # NaN compares False: not agreeing
+    return bool(screen.element <= el and screen.row_common <= row
+                and screen.element_bf16 <= el16 and screen.row_common_bf16 <= row16)
 
 
 def _diagnose_pair(p: _Pair, fr, fc) -> _Diagnosis | None:

@@ -15,8 +15,12 @@ How it decides (differential, :mod:`porting_kit.probes.rotary` does the measurin
    compared as partial rotary: a rotated fraction different from the
    reference's is ``rope.partial_rotary_mismatch`` (both fractions in the
    evidence), an equal one goes on to the measured rotation.
-2. *Measured rotation.* Both models run once on the spec's inputs; the first
-   attention call's q/k are captured on each side. The reference's rotation
+2. *Measured rotation.* The first attention call's q/k are captured on each side
+   (from the parity pass's forward when the run includes parity,
+   :mod:`porting_kit.probes.prefill`; else both models run once, up to that call).
+   *Screen:* when the candidate's post-rotary q/k equal the reference's at every
+   position within a quarter of the angle tolerance, it is ``rope.ok`` and nothing
+   below runs. The reference's rotation
    is undone with its own ``cos``/``sin``, giving pre-rotary q/k. If the
    candidate's post-rotary vectors do not have the same per-token norms
    (rotation preserves them), q/k already differ *before* RoPE: not a RoPE
@@ -67,6 +71,7 @@ from porting_kit.probes.rotary import (
     measure_rotation,
     mixed_layout_residuals,
     padded_table,
+    qk_residual,
     reference_inv_freq,
     rope_parameters,
     structures,
@@ -74,12 +79,17 @@ from porting_kit.probes.rotary import (
     wrap,
 )
 from porting_kit.load import run_side
+from porting_kit.probes.prefill import get_facts
 from porting_kit.probes.tolerance import ROPE_TOLERANCES
 
 P = "rope"
 
 #: Tolerances by the dtype of the captured q/k (measured: probes/tolerance.py).
 _TOL = ROPE_TOLERANCES
+#: The screen passes when q/k agree within this fraction of the angle tolerance (a rotation
+#: off by ``d`` rad moves a vector by about ``d`` of its norm, so a fault the angle test would
+#: name moves q/k by more than the bound at some position).
+SCREEN_FRACTION = 0.25
 
 _HINTS = {
     "rope.inv_freq_uninitialized": (
@@ -214,7 +224,15 @@ def run(ctx: CheckContext) -> list[Finding]:
                           f"The candidate's {s.name} is not a RoPE table ({reason}): the buffer was "
                           "left uninitialised.", ev, Where(where.reference, s.module_name))]
 
-    probe, why = _probe(ctx, pair, ref_sites)
+    facts = get_facts(ctx, "rope")
+    if facts is None:  # the parity pass did not record them: this family's own forwards
+        rq, cq, cs = _capture(ctx, pair, ref_sites)
+    else:  # recorded by the parity pass's forward (probes/prefill.py): no forward here
+        rq, cq, cs = facts[0].qk, facts[1].qk, facts[0].cos_sin or []
+    screened = _screen(rq, cq, ref_sites, where)
+    if screened is not None:
+        return [screened]
+    probe, why = _probe(ref_sites, rq, cq, cs)
     if probe is None:
         return [_static_diagnosis(ref_sites, cand_sites, where, why)]
     ctx.extras["rope_probe"] = probe
@@ -291,18 +309,54 @@ def _with_divergence(f: Finding, ctx: CheckContext) -> Finding:
 
 # ------------------------------------------------------------------- probe
 
-def _probe(ctx: CheckContext, pair, ref_sites: list[RotarySite]) -> tuple[Probe | None, str]:
-    """Capture layer-0 q/k on both sides and the reference's cos/sin."""
-    import torch
-
+def _capture(ctx: CheckContext, pair, ref_sites: list[RotarySite]):
+    """This family's own forwards (when the parity pass recorded no facts): layer-0 q/k on
+    both sides and the reference's cos/sin. Returns ``(ref_qk, cand_qk, cos_sin)`` lists."""
     if not ref_sites:
-        return None, "the reference has no rotary module to take cos/sin from"
+        return [], [], []
     spec = ctx.spec
     # each forward stops at its first attention call (layer 0): the rest is not needed
     with capture_cos_sin(ref_sites[0].module) as cs, capture_qk(pair.reference, stop=True) as rq:
         run_side(spec, "reference", pair.reference, pair.inputs)
     with capture_qk(pair.candidate, stop=True) as cq:
         run_side(spec, "candidate", pair.candidate, pair.inputs)
+    return rq, cq, cs
+
+
+def _screen(rq, cq, ref_sites: list[RotarySite], where: Where) -> Finding | None:
+    """The cheap screen: ``rope.ok`` when the candidate's post-rotary q and k at its first
+    attention call equal the reference's, position by position, within a quarter of the
+    dtype's angle tolerance (relative residual, :func:`~porting_kit.probes.rotary.qk_residual`);
+    None (diagnose: fit the pairing, the angles and the hypotheses) otherwise, or when the
+    shapes do not line up as they are (a permuted or interleaved layout is diagnosed in full)."""
+    if not ref_sites or not rq or not cq:
+        return None
+    r, c = rq[0], cq[0]
+    q_post, k_post = _match_shape(c.q, r.q), _match_shape(c.k, r.k)
+    if q_post is None or k_post is None or q_post.shape != r.q.shape:
+        return None
+    k_ref, k_post = _same_heads(r.k, k_post)
+    if k_ref.shape != k_post.shape:
+        return None
+    dtype = str(c.q.dtype).replace("torch.", "")
+    bound = _TOL.get(dtype, _TOL["float32"])["angle"] * SCREEN_FRACTION
+    res = qk_residual(r.q, q_post, k_ref, k_post)
+    if not res.max_residual <= bound:  # NaN fails too
+        return None
+    return ok(P, f"The candidate's post-rotary q/k equal the reference's at its first attention call "
+                 f"(max relative residual {res.max_residual:.2g} over {res.positions} positions, "
+                 f"bound {bound:.2g}): its RoPE matches.",
+              {"qk_relative_residual": res.max_residual, "screen_bound": bound,
+               "positions": res.positions, "probe_site_candidate": c.site,
+               "probe_site_reference": where.reference or r.site})
+
+
+def _probe(ref_sites: list[RotarySite], rq, cq, cs) -> tuple[Probe | None, str]:
+    """Build the :class:`Probe` from layer-0 q/k of both sides and the reference's cos/sin."""
+    import torch
+
+    if not ref_sites:
+        return None, "the reference has no rotary module to take cos/sin from"
     if not cs:
         return None, f"the reference's {ref_sites[0].module_name} did not return (cos, sin)"
     if not rq or not cq:

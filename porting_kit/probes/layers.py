@@ -52,6 +52,7 @@ from porting_kit.probes.capture import (
     estimate_errors,
     subtree_names,
 )
+from porting_kit.probes.prefill import capture_prefill_facts, wanted
 from porting_kit.probes.compare import TensorMetrics, first_tensor, quick_metrics, tensor_metrics
 from porting_kit.probes.tolerance import Tolerance, tolerance_for
 
@@ -517,18 +518,27 @@ def get_result(ctx) -> ParityResult:
     # reference's still run; both sketch buffers come to the host once both are queued.
     import torch
 
+    # The prefill families' facts (rope's q/k and cos/sin, norm's calls) come from this same
+    # forward when the run includes them (ctx.families): they run no forward of their own.
+    want_rope, want_norm = wanted(getattr(ctx, "families", ()))
     ctx.progress("parity: reference forward")
     t0 = time.perf_counter()
     rrec: list[Record] = []
-    with capture_summaries(pair.reference, rrec, only=coarse_r, defer=True) as pass_r, torch.no_grad():
+    with capture_summaries(pair.reference, rrec, only=coarse_r, defer=True) as pass_r, \
+            capture_prefill_facts(pair.reference, "reference", rope=want_rope, norm=want_norm) as facts_r, \
+            torch.no_grad():
         out_r = _run(spec, "reference", pair.reference, pair.inputs)
     timing["forward_reference"] = time.perf_counter() - t0
     ctx.progress("parity: candidate forward")
     t0 = time.perf_counter()
     crec: list[Record] = []
     with capture_summaries(pair.candidate, crec, output_permutation=pair.weights.output_permutation,
-                           only=coarse_c, defer=True) as pass_c, torch.no_grad():
+                           only=coarse_c, defer=True) as pass_c, \
+            capture_prefill_facts(pair.candidate, "candidate", rope=want_rope, norm=want_norm) as facts_c, \
+            torch.no_grad():
         out_c = _run(spec, "candidate", pair.candidate, pair.inputs)
+    if facts_r is not None:
+        ctx.state["prefill_facts"] = {"reference": facts_r, "candidate": facts_c}
     pass_r.finish()
     pass_c.finish()
     _sync(out_c)

@@ -215,6 +215,122 @@ def fingerprint(module, dim: int) -> Fingerprint:
                        bf16_error(module, dim), torch.cat([y, ya], 0))
 
 
+@dataclass
+class NormAgreement:
+    """How closely two norm modules agree on the probe rows (:func:`norm_agreements`).
+
+    Attributes
+    ----------
+    dtype : str
+        The dtype the modules ran in natively (the reference's first parameter's).
+    element : float
+        Largest ``max|y_c - y_r| / max|y_r|`` over rows, natively (unitless).
+    row_common : float
+        Root mean square over rows of the row-common relative difference (per row, the
+        median of ``y_c / y_r - 1`` over elements above 1e-3 of the row's largest), natively:
+        an eps or a variance rounding moves a whole row, a per-element weight does not.
+    element_bf16, row_common_bf16 : float
+        The same with both modules run in bfloat16 (copies when the native dtype is not
+        bfloat16; the native figures otherwise).
+    """
+
+    dtype: str
+    element: float
+    row_common: float
+    element_bf16: float
+    row_common_bf16: float
+
+
+def _agreement_stats(yr, yc):
+    """``(element, row_common)`` per pair, each [shape=(pairs,)] float32 on the outputs'
+    device (no sync), from stacked outputs ``yr``, ``yc`` [shape=(pairs, rows, D)]."""
+    import torch
+
+    yr, yc = yr.float(), yc.float()
+    peak = yr.abs().amax(-1, keepdim=True)
+    element = ((yc - yr).abs().amax(-1, keepdim=True) / peak.clamp_min(1e-30)).amax(dim=(-2, -1))
+    keep = yr.abs() > 1e-3 * peak
+    ratio = torch.where(keep, yc / torch.where(keep, yr, torch.ones_like(yr)), torch.nan)
+    row = ratio.nanmedian(dim=-1).values - 1
+    row_common = row.pow(2).nanmean(dim=-1).sqrt()
+    return element, row_common
+
+
+def _module_dtype(module):
+    import torch
+
+    p = next((t for t in [*module.parameters(), *module.buffers()] if t.is_floating_point()), None)
+    return (p.dtype, p.device) if p is not None else (torch.float32, torch.device("cpu"))
+
+
+def _pair_outputs(ref, cand, x):
+    """``(native (y_ref, y_cand), bfloat16 (y_ref, y_cand), dtype name)`` on ``x``."""
+    import torch
+
+    with torch.no_grad():
+        native = (_call(ref, x), _call(cand, x))
+        if x.dtype == torch.bfloat16:
+            return native, native
+        r16 = copy.deepcopy(ref).to(dtype=torch.bfloat16)
+        c16 = copy.deepcopy(cand).to(dtype=torch.bfloat16)
+        x16 = x.to(torch.bfloat16)
+        return native, (_call(r16, x16), _call(c16, x16))
+
+
+def norm_agreements(pairs: list[tuple[Any, Any, int]]) -> list[NormAgreement | None]:
+    """Run each pair of norm modules on the same probe rows and measure how they differ.
+
+    The cheap screen before :func:`fingerprint`: two modules that agree here compute the
+    same function (kind, weight, eps and bfloat16 rounding all move these outputs).
+
+    Parameters
+    ----------
+    pairs : list of (torch.nn.Module, torch.nn.Module, int)
+        ``(reference norm, candidate norm, width D)``; called as ``module(x)`` with ``x``
+        of shape ``(77, D)`` (:func:`probe_rows`: the 64 random rows scaled down by 100,
+        then the 13 alternating rows) on the reference's device, in its dtype; then in
+        bfloat16 (deep copies, the models untouched, unless already bfloat16).
+
+    Returns
+    -------
+    list of NormAgreement or None
+        One per pair; None where a module cannot run on such rows or in bfloat16, or
+        returns another shape. The figures of all pairs of one width are computed stacked,
+        and come to the host in one copy.
+    """
+    import torch
+
+    rows: dict[int, Any] = {}
+    groups: dict[tuple, list[tuple[int, Any, Any]]] = {}  # (dim, device) -> (index, native, low)
+    dtypes: list[str] = []
+    for i, (ref, cand, dim) in enumerate(pairs):
+        if dim not in rows:
+            rand, alt, _ = probe_rows(dim)
+            rows[dim] = torch.cat([rand / 100.0, alt], 0)
+        dtype, device = _module_dtype(ref)
+        dtypes.append(str(dtype).replace("torch.", ""))
+        try:
+            native, low = _pair_outputs(ref, cand, rows[dim].to(device=device, dtype=dtype))
+        except Exception:  # noqa: BLE001 - a module that cannot run on (rows, dim) alone: no screen
+            continue
+        shape = (rows[dim].shape[0], dim)
+        if any(tuple(y.shape) != shape for y in (*native, *low)):
+            continue
+        groups.setdefault((dim, str(device)), []).append((i, native, low))
+    figures: dict[int, Any] = {}
+    stacked = []
+    for items in groups.values():
+        el, row = _agreement_stats(torch.stack([n[0] for _, n, _ in items]),
+                                   torch.stack([n[1] for _, n, _ in items]))
+        el16, row16 = _agreement_stats(torch.stack([lo[0] for _, _, lo in items]),
+                                       torch.stack([lo[1] for _, _, lo in items]))
+        stacked.append(([i for i, _, _ in items], torch.stack([el, row, el16, row16], 1).cpu()))
+    for idx, host in stacked:  # one host copy per width and device
+        for i, vals in zip(idx, host.tolist()):
+            figures[i] = vals
+    return [NormAgreement(dtypes[i], *figures[i]) if i in figures else None for i in range(len(pairs))]
+
+
 def same_function_key(module, dim: int) -> tuple | None:
     """What two norm modules must share to compute the same function, parameters aside.
 

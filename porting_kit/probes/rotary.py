@@ -427,6 +427,62 @@ def capture_qk(model, limit: int = 1, *, stop: bool = False) -> Iterator[list[QK
             h.remove()
 
 
+@dataclass
+class QKResidual:
+    """How far the candidate's post-rotary q/k are from the reference's (:func:`qk_residual`).
+
+    Attributes
+    ----------
+    max_residual : float
+        Largest relative residual over positions and head dims, q and k (unitless; about
+        the angle error in radians of a pair rotated differently). NaN when either side
+        holds NaN/Inf.
+    positions : int
+        Sequence length compared.
+    """
+
+    max_residual: float
+    positions: int
+
+
+def qk_residual(q_ref, q_cand, k_ref, k_cand, floor: float = 0.25) -> QKResidual:
+    """Relative residual of the candidate's post-rotary q/k against the reference's.
+
+    Per position ``t`` and head dim ``d``: ``rms(c - r) / max(rms(r), floor * rms_d(r))``,
+    the root mean squares taken over batch and heads (``rms_d`` also over the head dims).
+    A pair of dims rotated by an angle off by ``delta`` moves those two dims by about
+    ``delta`` of their magnitude, so the residual is about the largest angle error; the
+    floor keeps dims that are near zero at a position from dividing noise by nothing.
+
+    Parameters
+    ----------
+    q_ref, q_cand : torch.Tensor [shape=(batch, heads, seq, head_dim)]
+        Same shape and layout (the caller matches them); any device and floating dtype.
+    k_ref, k_cand : torch.Tensor [shape=(batch, kv_heads, seq, head_dim)]
+    floor : float, default 0.25
+        Fraction of the position's rms over all head dims under which a dim's rms is
+        raised to it.
+
+    Returns
+    -------
+    QKResidual
+        Computed on the tensors' device in float32; one host copy at the end.
+    """
+    import torch
+
+    worst = []
+    for r, c in ((q_ref, q_cand), (k_ref, k_cand)):
+        r32, c32 = r.detach().float(), c.detach().float()
+        num = (c32 - r32).pow(2).mean(dim=(0, 1)).sqrt()  # (seq, head_dim)
+        den = r32.pow(2).mean(dim=(0, 1)).sqrt()
+        den = torch.maximum(den, floor * den.pow(2).mean(-1, keepdim=True).sqrt()).clamp_min(1e-30)
+        res = num / den
+        worst.append(torch.where(torch.isfinite(res), res, torch.full_like(res, float("nan"))).amax())
+    both = torch.stack(worst).cpu()
+    value = float("nan") if torch.isnan(both).any() else float(both.max())
+    return QKResidual(value, int(q_ref.shape[-2]))
+
+
 @contextmanager
 def capture_cos_sin(module) -> Iterator[list[tuple[Any, Any, Any]]]:
     """Record ``(cos, sin, position_ids)`` each time an HF-style rotary module runs.
