@@ -75,6 +75,7 @@ def build_spec(width: int, layers: int, tokens: int, vocab: int, variant_options
     mod.inputs = lambda: {"input_ids": (torch.arange(tokens).reshape(1, tokens) * 7919) % 1024}
     mod.run_reference = tts.run_reference
     mod.run_candidate = tts.run_candidate
+    mod.candidate_step = tts.candidate_step  # the decode family's candidate driver
     return Spec(module=mod, name=f"benchmark:w{width}xl{layers}")
 
 
@@ -132,6 +133,50 @@ def _check(ctx, families: list[str] | None):
         res.timing["families"] = spent
     _sync(ctx.device)
     return res
+
+
+def _own_decode(spec, pair, steps: int, device: str) -> None:
+    """The two sides' own decode: prefill plus ``steps`` greedy one-token steps each, with the
+    drivers the decode family uses (:mod:`porting_kit.probes.decode`), nothing compared."""
+    from porting_kit.probes.decode import _drivers, prompt_of
+
+    prompt = prompt_of(pair)
+    for drv in _drivers(spec, pair):
+        logits = drv.step(prompt, 0)
+        pos = prompt.shape[1]
+        for _ in range(steps):
+            logits = drv.step(logits.argmax(-1, keepdim=True), pos)
+            pos += 1
+    _sync(device)
+
+
+def _decode_check(ctx, steps: int) -> None:
+    """The decode family on the loaded pair (teacher-forced, compared every step)."""
+    from porting_kit.checks import decode
+
+    pair = ctx.state["pair"]
+    ctx.state.clear()
+    ctx.state["pair"] = pair
+    ctx.spec.module.decode_steps = steps
+    findings = decode.run(ctx)
+    _sync(ctx.device)
+    return findings
+
+
+def measure_decode(args) -> dict:
+    """Median seconds of the two sides' own ``N`` decode steps and of the decode family,
+    same warm-up, interleaved repeats (issue 13: decode parity <= 2.5x the own steps)."""
+    spec, ctx, pair = _loaded_context(args, args.layers)
+    n = args.decode_steps
+    _own_decode(spec, pair, n, args.device)  # warm-up: one untimed run of each term
+    findings = _decode_check(ctx, n)
+    own, chk = [], []
+    for _ in range(args.repeats):
+        own.append(_timed(lambda: _own_decode(spec, pair, n, args.device)))
+        chk.append(_timed(lambda: _decode_check(ctx, n)))
+    return {"own_decode_s": statistics.median(own), "decode_check_s": statistics.median(chk),
+            "own_decode_all_s": own, "decode_check_all_s": chk,
+            "decode_codes": sorted({f.code for f in findings})}
 
 
 def _timed(fn) -> float:
@@ -307,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", default=None,
                    help="time these check families (e.g. parity,rope,norm,config,dtype) instead of "
                         "the layer-parity pass alone")
+    p.add_argument("--decode-steps", type=int, default=None,
+                   help="time the decode family over N steps against the two sides' own N decode steps")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.shape:
@@ -331,6 +378,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.memory_child:
         print(memory_child(args, args.memory_child, args.layers))
+        return 0
+    if args.decode_steps:
+        d = measure_decode(args)
+        print(f"decode: layers={args.layers} tokens={args.tokens} steps={args.decode_steps} "
+              f"device={args.device} dtype={args.dtype or 'float32'} repeats={args.repeats}")
+        print(f"own_decode_all_s={[round(x, 4) for x in d['own_decode_all_s']]} "
+              f"decode_check_all_s={[round(x, 4) for x in d['decode_check_all_s']]} codes={d['decode_codes']}")
+        print(f"decode_overhead_ratio={d['decode_check_s'] / d['own_decode_s']:.3f}")
         return 0
     if args.memory_only:
         t = None

@@ -4,7 +4,8 @@
 # Steps: carried wheels -> pytest -m gpu -> whole suite -> check (llama, tts) bf16/fp16 ->
 # planted variants bf16 -> dtype_matrix -> check_overhead 7/28 layers (plain, families) -> gpu_speed.
 # Each step has its own `timeout` (seconds below); a step that times out is recorded (rc=124),
-# not fatal. A full session does not fit one 600 s device call. ONLY='regex' runs only the matching steps
+# not fatal. BUDGET_S=N caps the whole session (steps shortened or skipped; the archive of all
+# logs, gpu-out.tgz, is written at the end either way). A full session does not fit one 600 s device call. ONLY='regex' runs only the matching steps
 # (e.g. ONLY='overhead|gpu_speed') so a session can be split over two device calls.
 set -u
 OUT="${OUT:-./gpu-out}"
@@ -25,6 +26,11 @@ ONLY="${ONLY:-.}"
 step() {  # step NAME SECONDS CMD...: run CMD under timeout, log to $OUT/NAME.log, one summary line
   local name="$1" secs="$2"; shift 2
   if ! [[ "$name" =~ $ONLY ]]; then return 0; fi
+  if [ -n "${BUDGET_S:-}" ]; then  # the whole session's budget: shorten or skip the step
+    local left=$(( BUDGET_S - ($(date +%s) - T0) ))
+    if [ "$left" -lt 20 ]; then echo "$name skipped (budget)" | tee -a "$SUMMARY"; return 0; fi
+    [ "$secs" -gt "$left" ] && secs="$left"
+  fi
   local t=$(date +%s)
   timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
@@ -37,9 +43,28 @@ python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch
 
 
 step pytest_gpu 120 python3 -m pytest -q -m gpu -p no:cacheprovider -ra
-step pytest_all "${SUITE_S:-240}" python3 -m pytest -p no:cacheprovider -rfEs -v -n "${XDIST:-8}" --junitxml "$OUT/pytest_all.xml"
+# one torch thread per xdist worker: 15 workers x 16 threads each oversubscribe the cores ~15x
+# (the session-22 run finished 846 of 1058 tests in 400 s that way)
+(export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+ step pytest_all "${SUITE_S:-240}" python3 -m pytest -p no:cacheprovider -rfEs -v \
+  -n "${XDIST:-8}" --durations 25 --junitxml "$OUT/pytest_all.xml")
 # the summary line only (the whole log stays in pytest_all.log)
 [ -f "$OUT/pytest_all.log" ] && tail -n 1 "$OUT/pytest_all.log" | sed 's/^/pytest_all: /' | tee -a "$SUMMARY"
+
+# the timing figures first, while nothing else runs on the machine
+OV="--shape qwen3-0.6b --device cuda --dtype bfloat16 --repeats 5"
+step profile_l7 90 python3 benchmarks/prefill_profile.py --shape qwen3-0.6b --layers 7 --device cuda \
+  --dtype bfloat16 --top 25
+step decode_l7 90 python3 benchmarks/check_overhead.py $OV --layers 7 --decode-steps 16
+step overhead_l7 90 python3 benchmarks/check_overhead.py $OV --layers 7 --no-memory
+step overhead_l28 120 python3 benchmarks/check_overhead.py $OV --layers 28 --no-memory
+step overhead_l7_families 90 python3 benchmarks/check_overhead.py $OV --layers 7 --no-memory \
+  --families parity,rope,norm,config,dtype
+step overhead_l28_families 150 python3 benchmarks/check_overhead.py $OV --layers 28 --no-memory \
+  --families parity,rope,norm,config,dtype
+# last: four cold child processes (7 and 28 layers, forwards and check)
+step overhead_memory 150 python3 benchmarks/check_overhead.py $OV --layers 7 --deep-layers 28 --memory-only
+
 
 for dt in bfloat16 float16; do
   step "check_llama_$dt" 40 python3 -m porting_kit check examples/llama_meta.py --device cuda --dtype "$dt" \
@@ -77,15 +102,6 @@ step gpu_speed 40 python3 benchmarks/gpu_speed.py "$OUT/gpu_speed.md" --device c
 step dtype_matrix 60 python3 benchmarks/dtype_matrix.py --device cuda --seeds 2 \
   --out "$OUT/dtype_matrix_cuda.md"
 
-OV="--shape qwen3-0.6b --device cuda --dtype bfloat16 --repeats 5"
-step overhead_l7 90 python3 benchmarks/check_overhead.py $OV --layers 7 --no-memory
-step overhead_l28 120 python3 benchmarks/check_overhead.py $OV --layers 28 --no-memory
-step overhead_l7_families 90 python3 benchmarks/check_overhead.py $OV --layers 7 --no-memory \
-  --families parity,rope,norm,config,dtype
-step overhead_l28_families 150 python3 benchmarks/check_overhead.py $OV --layers 28 --no-memory \
-  --families parity,rope,norm,config,dtype
-# last: four cold child processes (7 and 28 layers, forwards and check)
-step overhead_memory 150 python3 benchmarks/check_overhead.py $OV --layers 7 --deep-layers 28 --memory-only
 
 
 {
@@ -103,3 +119,7 @@ PY
   echo "--- variants"; cat "$OUT/variants_bf16.log" 2>/dev/null
   echo "total $(( $(date +%s) - T0 ))s"
 } | tee -a "$SUMMARY"
+# one archive: the device returns a limited number of files
+tar czf /tmp/gpu-out.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -maxdepth 1 ! -name summary.txt -exec rm -rf {} + \
+  && mv /tmp/gpu-out.tgz "$OUT/"
+true

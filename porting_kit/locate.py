@@ -53,7 +53,28 @@ class RotarySite:
         return self.name.rsplit(".", 1)[0] if "." in self.name else "<root>"
 
 
-def find_rotary(model) -> list[RotarySite]:
+#: The attribute names :func:`find_rotary` and :func:`find_norms` read.
+_ROTARY_ATTRS = ("inv_freq", "cos_sin_cache", "freqs_cis")
+_EPS_ATTRS = ("variance_epsilon", "eps")
+_CLASS_ATTRS: dict[type, frozenset] = {}  # class -> which of those it defines (properties)
+_NORM_CLASS: dict[type, str] = {}  # class -> what its name says (find_norms)
+
+
+def _has_any(mod, attrs: tuple[str, ...]) -> bool:
+    """Whether ``mod`` may hold one of ``attrs``: a buffer, parameter or instance attribute
+    of that name, or a class attribute (a property). Cheaper than ``getattr(mod, name,
+    None)``, whose miss goes through ``nn.Module.__getattr__`` and an AttributeError; a
+    weight-normed conv's ``weight`` is even recomputed on each read."""
+    d = mod.__dict__
+    cls = _CLASS_ATTRS.get(type(mod))
+    if cls is None:
+        cls = _CLASS_ATTRS[type(mod)] = frozenset(a for a in (*_ROTARY_ATTRS, *_EPS_ATTRS)
+                                                  if hasattr(type(mod), a))
+    bufs, params = d.get("_buffers", ()), d.get("_parameters", ())
+    return any(a in d or a in bufs or a in params or a in cls for a in attrs)
+
+
+def find_rotary(model, walk=None) -> list[RotarySite]:
     """All rotary frequency tables in ``model``, in module order.
 
     Looks for (by attribute name, on every submodule): a 1-D floating
@@ -66,6 +87,9 @@ def find_rotary(model) -> list[RotarySite]:
     ----------
     model : torch.nn.Module
         Reference or candidate; walked with ``named_modules()``.
+    walk : list of (str, torch.nn.Module), optional
+        ``list(model.named_modules())`` when the caller has it (one walk serves several
+        probes of one run); else the model is walked here.
 
     Returns
     -------
@@ -84,7 +108,9 @@ def find_rotary(model) -> list[RotarySite]:
     import torch
 
     sites: list[RotarySite] = []
-    for mname, mod in model.named_modules():
+    for mname, mod in (model.named_modules() if walk is None else walk):
+        if not _has_any(mod, _ROTARY_ATTRS):
+            continue
         prefix = f"{mname}." if mname else ""
         t = getattr(mod, "inv_freq", None)
         if isinstance(t, torch.Tensor) and t.ndim == 1 and t.is_floating_point():
@@ -132,7 +158,7 @@ class NormSite:
     module: Any = field(repr=False, default=None)
 
 
-def find_norms(model) -> list[NormSite]:
+def find_norms(model, walk=None) -> list[NormSite]:
     """RMSNorm / LayerNorm modules of ``model`` in module order.
 
     A module counts when its class name contains ``RMSNorm`` / ``LayerNorm``
@@ -144,6 +170,8 @@ def find_norms(model) -> list[NormSite]:
     ----------
     model : torch.nn.Module
         Reference or candidate; walked with ``named_modules()``.
+    walk : list of (str, torch.nn.Module), optional
+        ``list(model.named_modules())`` when the caller has it.
 
     Returns
     -------
@@ -155,10 +183,15 @@ def find_norms(model) -> list[NormSite]:
     import torch
 
     out: list[NormSite] = []
-    for name, mod in model.named_modules():
+    for name, mod in (model.named_modules() if walk is None else walk):
         tname = type(mod).__name__
-        if re.search(r"(group|batch|instance)_?norm", tname, re.IGNORECASE):
-            continue
+        kind = _NORM_CLASS.get(type(mod))
+        if kind is None:  # by class, once: "other" (Group/Batch/InstanceNorm), "norm", "maybe"
+            kind = _NORM_CLASS[type(mod)] = (
+                "other" if re.search(r"(group|batch|instance)_?norm", tname, re.IGNORECASE)
+                else "norm" if _NORM_TYPE.search(tname) else "maybe")
+        if kind == "other" or (kind == "maybe" and not _has_any(mod, _EPS_ATTRS)):
+            continue  # not a norm, or neither a norm's class name nor an eps: not read further
         eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
         w = getattr(mod, "weight", None)
         looks = bool(_NORM_TYPE.search(tname)) or (

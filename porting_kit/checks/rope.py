@@ -198,7 +198,11 @@ def run(ctx: CheckContext) -> list[Finding]:
     from porting_kit.load import load_pair
 
     pair = load_pair(ctx)
-    ref_sites, cand_sites = find_rotary(pair.reference), find_rotary(pair.candidate)
+    facts = get_facts(ctx, "rope")
+    if facts is not None:  # found by the parity pass's instrumented forward (probes/prefill.py)
+        ref_sites, cand_sites = facts[0].rotary_sites, facts[1].rotary_sites
+    else:
+        ref_sites, cand_sites = find_rotary(pair.reference), find_rotary(pair.candidate)
     ctx.extras["rope_sites"] = {"reference": [s.name for s in ref_sites],
                                 "candidate": [s.name for s in cand_sites]}
     if not ref_sites and not cand_sites:
@@ -224,12 +228,11 @@ def run(ctx: CheckContext) -> list[Finding]:
                           f"The candidate's {s.name} is not a RoPE table ({reason}): the buffer was "
                           "left uninitialised.", ev, Where(where.reference, s.module_name))]
 
-    facts = get_facts(ctx, "rope")
     if facts is None:  # the parity pass did not record them: this family's own forwards
         rq, cq, cs = _capture(ctx, pair, ref_sites)
     else:  # recorded by the parity pass's forward (probes/prefill.py): no forward here
         rq, cq, cs = facts[0].qk, facts[1].qk, facts[0].cos_sin or []
-    screened = _screen(rq, cq, ref_sites, where)
+    screened = _screen(rq, cq, ref_sites, where, ctx.extras)
     if screened is not None:
         return [screened]
     probe, why = _probe(ref_sites, rq, cq, cs)
@@ -323,12 +326,14 @@ def _capture(ctx: CheckContext, pair, ref_sites: list[RotarySite]):
     return rq, cq, cs
 
 
-def _screen(rq, cq, ref_sites: list[RotarySite], where: Where) -> Finding | None:
+def _screen(rq, cq, ref_sites: list[RotarySite], where: Where, extras: dict) -> Finding | None:
     """The cheap screen: ``rope.ok`` when the candidate's post-rotary q and k at its first
     attention call equal the reference's, position by position, within a quarter of the
     dtype's angle tolerance (relative residual, :func:`~porting_kit.probes.rotary.qk_residual`);
     None (diagnose: fit the pairing, the angles and the hypotheses) otherwise, or when the
-    shapes do not line up as they are (a permuted or interleaved layout is diagnosed in full)."""
+    shapes do not line up as they are (a permuted or interleaved layout is diagnosed in full).
+    On a pass, writes ``extras["rope_error_vs_position"]``: ``(position, residual)`` pairs,
+    the residual standing for the angle error (radians) the full fit would measure."""
     if not ref_sites or not rq or not cq:
         return None
     r, c = rq[0], cq[0]
@@ -343,6 +348,8 @@ def _screen(rq, cq, ref_sites: list[RotarySite], where: Where) -> Finding | None
     res = qk_residual(r.q, q_post, k_ref, k_post)
     if not res.max_residual <= bound:  # NaN fails too
         return None
+    # the notebooks' error-vs-position plot: the residual is about the angle error (radians)
+    extras["rope_error_vs_position"] = list(enumerate(res.per_position))
     return ok(P, f"The candidate's post-rotary q/k equal the reference's at its first attention call "
                  f"(max relative residual {res.max_residual:.2g} over {res.positions} positions, "
                  f"bound {bound:.2g}): its RoPE matches.",

@@ -179,7 +179,7 @@ def _floating(t) -> bool:
     return t is not None and (t.is_floating_point() or t.is_complex())
 
 
-def coarse_names(model) -> set[str] | None:
+def coarse_names(model, walk=None) -> set[str] | None:
     """The modules of ``model`` that a first, coarse pass hooks.
 
     Every module that is not inside a repeated block. A repeated block is a child with
@@ -190,6 +190,8 @@ def coarse_names(model) -> set[str] | None:
     ----------
     model : torch.nn.Module
         Walked once with ``named_modules()``.
+    walk : list of (str, torch.nn.Module), optional
+        ``list(model.named_modules())`` when the caller has it.
 
     Returns
     -------
@@ -205,7 +207,7 @@ def coarse_names(model) -> set[str] | None:
     """
     import torch
 
-    walk = list(model.named_modules())  # one walk (Python-bound: ~2 us a module)
+    walk = list(model.named_modules()) if walk is None else walk  # Python-bound: ~2 us a module
     blocks: list[str] = []
     for name, m in walk:
         if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(m) >= 2:
@@ -258,7 +260,8 @@ class SketchPass:
 @contextmanager
 def capture_summaries(model, records: list[Record], *, prefix: str = "",
                       output_permutation: dict[str, Any] | None = None,
-                      only: set[str] | None = None, defer: bool = False) -> Iterator[SketchPass]:
+                      only: set[str] | None = None, defer: bool = False,
+                      modules: dict[str, Any] | None = None) -> Iterator[SketchPass]:
     """Hook the modules of ``model``; each call appends a :class:`Record` to ``records``.
 
     Use as ``with capture_summaries(model, recs): run(model, inputs)``; the hooks are
@@ -289,6 +292,9 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "",
     AttributeError
         A name in ``only`` that is not a submodule of ``model``.
 
+    modules : dict of str to torch.nn.Module, optional
+        ``dict(model.named_modules())`` when the caller has it: ``only``'s names are looked
+        up there instead of with ``get_submodule``.
     defer : bool, default False
         Leave the sketches on the device at exit; the caller calls ``finish()`` on the
         yielded :class:`SketchPass` (so a second model's forward can be queued on the GPU
@@ -326,8 +332,9 @@ def capture_summaries(model, records: list[Record], *, prefix: str = "",
 
     try:
         # with ``only``, look the few hooked modules up by name instead of walking the model
-        named = model.named_modules() if only is None else (
-            (name, model.get_submodule(name)) for name in sorted(only))
+        look = model.get_submodule if modules is None else (
+            lambda n: modules[n] if n in modules else model.get_submodule(n))
+        named = model.named_modules() if only is None else ((name, look(name)) for name in sorted(only))
         for name, module in named:
             full = prefix + name
             handles.append(module.register_forward_hook(

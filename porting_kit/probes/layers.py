@@ -511,7 +511,9 @@ def get_result(ctx) -> ParityResult:
 
     # Pass 1 hooks the modules outside repeated blocks plus one hook per block (coarse_names);
     # only when a block differs does a second, fine pass hook everything inside it.
-    coarse_r, coarse_c = coarse_names(pair.reference), coarse_names(pair.candidate)
+    # one walk of each model serves every probe of this pass (each walk is Python-bound)
+    walk_r, walk_c = list(pair.reference.named_modules()), list(pair.candidate.named_modules())
+    coarse_r, coarse_c = coarse_names(pair.reference, walk_r), coarse_names(pair.candidate, walk_c)
     if coarse_r is None or coarse_c is None:
         coarse_r = coarse_c = None
     # No host sync between the two passes: on a GPU the candidate's kernels queue while the
@@ -524,8 +526,9 @@ def get_result(ctx) -> ParityResult:
     ctx.progress("parity: reference forward")
     t0 = time.perf_counter()
     rrec: list[Record] = []
-    with capture_summaries(pair.reference, rrec, only=coarse_r, defer=True) as pass_r, \
-            capture_prefill_facts(pair.reference, "reference", rope=want_rope, norm=want_norm) as facts_r, \
+    with capture_summaries(pair.reference, rrec, only=coarse_r, defer=True, modules=dict(walk_r)) as pass_r, \
+            capture_prefill_facts(pair.reference, "reference", rope=want_rope, norm=want_norm,
+                                  walk=walk_r) as facts_r, \
             torch.no_grad():
         out_r = _run(spec, "reference", pair.reference, pair.inputs)
     timing["forward_reference"] = time.perf_counter() - t0
@@ -533,8 +536,9 @@ def get_result(ctx) -> ParityResult:
     t0 = time.perf_counter()
     crec: list[Record] = []
     with capture_summaries(pair.candidate, crec, output_permutation=pair.weights.output_permutation,
-                           only=coarse_c, defer=True) as pass_c, \
-            capture_prefill_facts(pair.candidate, "candidate", rope=want_rope, norm=want_norm) as facts_c, \
+                           only=coarse_c, defer=True, modules=dict(walk_c)) as pass_c, \
+            capture_prefill_facts(pair.candidate, "candidate", rope=want_rope, norm=want_norm,
+                                  walk=walk_c) as facts_c, \
             torch.no_grad():
         out_c = _run(spec, "candidate", pair.candidate, pair.inputs)
     if facts_r is not None:

@@ -29,6 +29,7 @@ LayerNorm, Ba et al. 2016, ``y = w * (x - mean) / sqrt(var + eps) + b``
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -383,6 +384,43 @@ def same_state(a, b) -> bool:
     return len(ta) == len(tb) and all(torch.equal(x, y) for x, y in zip(ta, tb))
 
 
+def states_equal(pairs: list[tuple[Any, Any]]) -> list[bool]:
+    """For each ``(a, b)`` pair of modules, whether their parameters and buffers, taken in
+    order, are equal element for element (:func:`same_state` for many pairs at once).
+
+    Parameters
+    ----------
+    pairs : list of (torch.nn.Module, torch.nn.Module)
+
+    Returns
+    -------
+    list of bool
+        False where the counts, shapes, dtypes or devices differ. The comparisons run on the
+        tensors' device and come to the host in one copy (one sync), not one per tensor.
+    """
+    import torch
+
+    flags: list[Any] = []
+    for a, b in pairs:
+        ta = [t for _, t in [*a.named_parameters(), *a.named_buffers()]]
+        tb = [t for _, t in [*b.named_parameters(), *b.named_buffers()]]
+        if len(ta) != len(tb) or any(x.shape != y.shape or x.dtype != y.dtype or x.device != y.device
+                                     for x, y in zip(ta, tb)):
+            flags.append(False)
+        elif not ta:
+            flags.append(True)
+        else:
+            flags.append(torch.stack([(x == y).all() for x, y in zip(ta, tb)]).all())
+    lazy = [f for f in flags if not isinstance(f, bool)]
+    if lazy:  # one host copy per device
+        by_dev: dict[Any, list[Any]] = {}
+        for f in lazy:
+            by_dev.setdefault(f.device, []).append(f)
+        host = {id(f): v for fs in by_dev.values() for f, v in zip(fs, torch.stack(fs).tolist())}
+        flags = [f if isinstance(f, bool) else bool(host[id(f)]) for f in flags]
+    return flags
+
+
 def _ls_fit(n, y):
     """Per-dim least squares ``y = a * n + c``; returns (a, c, relative residual)."""
     nm, ym = n.mean(0), y.mean(0)
@@ -491,11 +529,11 @@ class NormCall:
     fed_block_input: bool | None = None
 
 
-def _blocks(model) -> dict[str, Any]:
+def _blocks(model, walk=None) -> dict[str, Any]:
     import torch
 
     out = {}
-    for name, mod in model.named_modules():
+    for name, mod in (model.named_modules() if walk is None else walk):
         if isinstance(mod, torch.nn.ModuleList):
             for cname, child in mod.named_children():
                 out[f"{name}.{cname}" if name else cname] = child
@@ -503,7 +541,7 @@ def _blocks(model) -> dict[str, Any]:
 
 
 @contextmanager
-def capture_norm_calls(model, sites: list[NormSite]) -> Iterator[list[NormCall]]:
+def capture_norm_calls(model, sites: list[NormSite], walk=None) -> Iterator[list[NormCall]]:
     """Record the norm calls of one forward of ``model`` (no tensors are kept).
 
     Parameters
@@ -513,6 +551,8 @@ def capture_norm_calls(model, sites: list[NormSite]) -> Iterator[list[NormCall]]
         floating tensor inputs.
     sites : list of NormSite
         The norms to hook (from :func:`porting_kit.locate.find_norms` on ``model``).
+    walk : list of (str, torch.nn.Module), optional
+        ``list(model.named_modules())`` when the caller has it.
 
     Yields
     ------
@@ -525,7 +565,7 @@ def capture_norm_calls(model, sites: list[NormSite]) -> Iterator[list[NormCall]]
     import torch
 
     calls: list[NormCall] = []
-    blocks = _blocks(model)
+    blocks = _blocks(model, walk)
     block_inputs: dict[str, list[Any]] = {}
     first_seen: set[str] = set()
     handles = []
@@ -557,7 +597,9 @@ def capture_norm_calls(model, sites: list[NormSite]) -> Iterator[list[NormCall]]
                 block_dim = [t for t in block_inputs[blk] if t.shape[-1] == site.dim]
                 if block_dim:
                     first_seen.add(blk)
-                    fed = any(t.shape == x.shape and torch.equal(t, x) for t in block_dim)
+                    # the same tensor object (a pre-norm block's usual case) needs no comparison
+                    fed = any(t is x for t in block_dim) or any(
+                        t.shape == x.shape and torch.equal(t, x) for t in block_dim)
             calls.append(NormCall(site.name, site.dim, blk, fed))
         return hook
 
@@ -609,8 +651,8 @@ def capture_functional_norms(model) -> Iterator[list[FunctionalNormCall]]:
     """Record every functional norm call of one forward of ``model``, with the eps it ran with.
 
     ``torch.nn.functional.rms_norm`` / ``layer_norm`` / ``group_norm`` (and ``torch.rms_norm``
-    / ``torch.layer_norm`` / ``torch.group_norm``) are seen through a
-    :class:`torch.overrides.TorchFunctionMode`; a nested call of the same norm (``F.layer_norm``
+    / ``torch.layer_norm`` / ``torch.group_norm``) are seen through wrappers put in their
+    place for the block (:class:`FunctionalNormRecorder`); a nested call of the same norm (``F.layer_norm``
     calling ``torch.layer_norm``) is recorded once. Norm modules (``nn.LayerNorm``,
     ``nn.RMSNorm``) call these too and are recorded with their own eps, so an eps hard-coded in
     a functional call anywhere in the forward is read from what runs, not from attributes.
@@ -618,56 +660,80 @@ def capture_functional_norms(model) -> Iterator[list[FunctionalNormCall]]:
     Parameters
     ----------
     model : torch.nn.Module
-        Forward pre/post hooks on every module track the innermost one running.
+        Its module names label the calls (the innermost running module, read from the
+        call stack when a call is recorded: :class:`porting_kit.probes.intercept.ModuleNamer`).
 
     Yields
     ------
     list of FunctionalNormCall
         Filled, in call order, by the forward run inside the ``with`` block.
     """
-    import torch
-    from torch.overrides import TorchFunctionMode
+    from porting_kit.probes.intercept import ModuleNamer, module_names
 
-    calls: list[FunctionalNormCall] = []
-    stack: list[str] = []
-    names = {id(m): n or "<root>" for n, m in model.named_modules()}
-    targets = {}
-    for name in _FUNCTIONAL:
-        for owner in (torch.nn.functional, torch):
-            fn = getattr(owner, name, None)
-            if fn is not None:
-                targets[fn] = name
+    with FunctionalNormRecorder(ModuleNamer(module_names(model), "<root>")).patched() as calls:
+        yield calls
 
-    class _Mode(TorchFunctionMode):
-        depth = 0
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            name = targets.get(func)
-            if name is None or self.depth:
-                return func(*args, **kwargs)
-            calls.append(_functional_call(name, args, kwargs, stack[-1] if stack else "<root>"))
-            self.depth += 1
+class FunctionalNormRecorder:
+    """Functional norm calls with their eps, recorded while :meth:`patched` is active (what
+    :func:`capture_functional_norms` records; the parity pass's prefill facts use it too).
+
+    ``torch.nn.functional`` / ``torch`` ``rms_norm``, ``layer_norm`` and ``group_norm`` are
+    replaced, for the duration of the block, by wrappers that note the call and run the
+    original: a model's ``F.rms_norm(...)`` / ``torch.layer_norm(...)`` looks the function
+    up when it runs, so it gets the wrapper. Cheaper than a ``TorchFunctionMode``, which
+    would add a Python call to *every* torch call of the forward (about 4 us each on a CPU
+    core; a 28-layer model makes thousands). A model that bound the function at import time
+    (``from torch.nn.functional import rms_norm``) is not seen: its eps is then judged only
+    through its norm modules' fingerprints.
+
+    Parameters
+    ----------
+    namer : porting_kit.probes.intercept.ModuleNamer
+        Names the innermost module running (``FunctionalNormCall.module``).
+
+    Attributes
+    ----------
+    calls : list of FunctionalNormCall
+        In call order; a call nested in another (``F.layer_norm`` calling
+        ``torch.layer_norm``) is not recorded again.
+    """
+
+    def __init__(self, namer) -> None:
+        self.namer = namer
+        self.calls: list[FunctionalNormCall] = []
+        self._depth = 0
+
+    def _wrap(self, name: str, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if self._depth == 0:
+                self.calls.append(_functional_call(name, args, kwargs, self.namer.innermost()))
+            self._depth += 1
             try:
-                return func(*args, **kwargs)
+                return fn(*args, **kwargs)
             finally:
-                self.depth -= 1
+                self._depth -= 1
+        return wrapper
 
-    def pre(mod, args):
-        stack.append(names.get(id(mod), type(mod).__name__))
+    @contextmanager
+    def patched(self) -> Iterator[list[FunctionalNormCall]]:
+        """Record while the ``with`` block runs; the originals are put back on exit (also on
+        error). Yields :attr:`calls`."""
+        import torch
 
-    def post(mod, args, out):
-        if stack:
-            stack.pop()
-
-    handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
-    handles += [m.register_forward_hook(post) for m in model.modules()]
-    try:
-        with _Mode():
-            yield calls
-    finally:
-        for h in handles:
-            h.remove()
+        saved = []
+        try:
+            for name in _FUNCTIONAL:
+                for owner in (torch.nn.functional, torch):
+                    fn = owner.__dict__.get(name)
+                    if fn is not None:
+                        saved.append((owner, name, fn))
+                        setattr(owner, name, self._wrap(name, fn))
+            yield self.calls
+        finally:
+            for owner, name, fn in reversed(saved):
+                setattr(owner, name, fn)
 
 
 def _functional_call(name: str, args, kwargs, module: str) -> FunctionalNormCall:

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from porting_kit.locate import NormSite, RotarySite, find_norms, find_rotary
-from porting_kit.probes.norms import capture_functional_norms, capture_norm_calls
-from porting_kit.probes.rotary import capture_cos_sin, capture_qk
+from porting_kit.probes.intercept import ModuleNamer, module_names, tap_ops
+from porting_kit.probes.norms import FunctionalNormRecorder, capture_norm_calls
+from porting_kit.probes.rotary import QKRecorder, capture_cos_sin
 
 #: The families whose forward facts the parity pass records (``ctx.families``).
 PREFILL_FAMILIES = ("rope", "norm")
@@ -78,7 +79,8 @@ def wanted(families) -> tuple[bool, bool]:
 
 
 @contextmanager
-def capture_prefill_facts(model, side: str, *, rope: bool, norm: bool) -> Iterator[PrefillFacts | None]:
+def capture_prefill_facts(model, side: str, *, rope: bool, norm: bool,
+                          walk=None) -> Iterator[PrefillFacts | None]:
     """Record the prefill families' facts during the forward run inside the ``with`` block.
 
     Parameters
@@ -91,6 +93,9 @@ def capture_prefill_facts(model, side: str, *, rope: bool, norm: bool) -> Iterat
     rope, norm : bool
         Which families' facts to record (:func:`wanted`); neither: yields None and
         hooks nothing.
+    walk : list of (str, torch.nn.Module), optional
+        ``list(model.named_modules())`` when the caller has it (the parity pass walks each
+        model once for all its probes).
 
     Yields
     ------
@@ -101,16 +106,22 @@ def capture_prefill_facts(model, side: str, *, rope: bool, norm: bool) -> Iterat
         yield None
         return
     facts = PrefillFacts(side)
+    walk = list(model.named_modules()) if walk is None else walk
     with ExitStack() as stack:
+        table: dict = {}  # the TorchFunctionMode's handlers (rope's q/k; it leaves once done)
         if rope:
-            facts.rotary_sites = find_rotary(model)
-            facts.qk = stack.enter_context(capture_qk(model, limit=1))
+            facts.rotary_sites = find_rotary(model, walk)
+            qk = QKRecorder(ModuleNamer(module_names(model, root="", walk=walk)), 1)
+            qk.register(table)
+            facts.qk = qk.got
             if side == "reference" and facts.rotary_sites:
                 facts.cos_sin = stack.enter_context(capture_cos_sin(facts.rotary_sites[0].module))
         if norm:
-            facts.norm_sites = find_norms(model)
-            facts.norm_calls = stack.enter_context(capture_norm_calls(model, facts.norm_sites))
-            facts.functional_norms = stack.enter_context(capture_functional_norms(model))
+            facts.norm_sites = find_norms(model, walk)
+            facts.norm_calls = stack.enter_context(capture_norm_calls(model, facts.norm_sites, walk))
+            namer = ModuleNamer(module_names(model, walk=walk), "<root>")
+            facts.functional_norms = stack.enter_context(FunctionalNormRecorder(namer).patched())
+        stack.enter_context(tap_ops(table))
         yield facts
 
 

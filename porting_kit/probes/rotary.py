@@ -343,12 +343,14 @@ def capture_qk(model, limit: int = 1, *, stop: bool = False) -> Iterator[list[QK
 
     Catches ``torch.nn.functional.scaled_dot_product_attention`` and, for eager
     attention, the first 4-D ``matmul(q, k^T)`` of each module call (shapes
-    ``(B, H, T, D) @ (B, H, D, S)``) through a :class:`torch.overrides.TorchFunctionMode`.
+    ``(B, H, T, D) @ (B, H, D, S)``) through one :class:`torch.overrides.TorchFunctionMode`
+    (:class:`QKRecorder` on :func:`porting_kit.probes.intercept.tap_ops`).
 
     Parameters
     ----------
     model : torch.nn.Module
-        Every submodule gets a pre/post forward hook, to know which module is running.
+        Its module names label the captures (the running module is read from the call
+        stack when a call is recorded, :class:`porting_kit.probes.intercept.ModuleNamer`).
     limit : int, default 1
         Attention calls to record; later calls are ignored.
     stop : bool, default False
@@ -365,66 +367,101 @@ def capture_qk(model, limit: int = 1, *, stop: bool = False) -> Iterator[list[QK
         head_dim)] as detached clones after RoPE (for ``matmul`` the ``k^T`` operand is
         transposed back). 3-D SDPA inputs ``(heads, seq, head_dim)`` get a batch axis of 1.
     """
-    import torch
-    import torch.nn.functional as F
-    from torch.overrides import TorchFunctionMode
+    from porting_kit.probes.intercept import ModuleNamer, module_names, tap_ops
 
-    got: list[QKCapture] = []
-    stack: list[tuple[str, int]] = []
-    counter = [0]
-    seen_calls: set[int] = set()
-    handles = []
+    rec = QKRecorder(ModuleNamer(module_names(model, root="")), limit, stop=stop)
+    handlers: dict = {}
+    rec.register(handlers)
+    try:
+        with tap_ops(handlers):
+            yield rec.got
+    except ForwardStopped:
+        pass
 
-    def pre(name):
-        def hook(mod, args):
-            counter[0] += 1
-            stack.append((name, counter[0]))
-        return hook
 
-    def post(mod, args, out):
-        if stack:
-            stack.pop()
+class QKRecorder:
+    """The q/k of the first ``limit`` attention calls, seen through :func:`~porting_kit.probes.intercept.tap_ops`.
 
-    for name, mod in model.named_modules():
-        handles.append(mod.register_forward_pre_hook(pre(name)))
-        handles.append(mod.register_forward_hook(post, always_call=True))
+    What :func:`capture_qk` records, as handlers that can share one mode with other probes
+    (:mod:`porting_kit.probes.prefill`): ``scaled_dot_product_attention``'s ``query`` /
+    ``key``, or, for eager attention, the first 4-D ``matmul(q, k^T)`` of each module call
+    (shapes ``(B, H, T, D) @ (B, H, D, S)``; ``k^T`` transposed back; one per module) Once ``limit`` calls
+    are recorded its handlers leave the mode's table (later torch calls cost nothing more).
 
-    def record(op, q, k):
-        if len(got) >= limit:
+    Parameters
+    ----------
+    namer : porting_kit.probes.intercept.ModuleNamer
+        Names the module each call ran in (``QKCapture.site``).
+    limit : int
+        Attention calls to record.
+    stop : bool
+        Raise :class:`ForwardStopped` once ``limit`` calls are recorded, before that
+        attention runs.
+
+    Attributes
+    ----------
+    got : list of QKCapture
+        Detached clones, q [shape=(batch, heads, seq, head_dim)], k [shape=(batch,
+        kv_heads, seq, head_dim)]; 3-D SDPA inputs get a batch axis of 1.
+    """
+
+    def __init__(self, namer, limit: int = 1, *, stop: bool = False) -> None:
+        self.namer = namer
+        self.limit = limit
+        self.stop = stop
+        self.got: list[QKCapture] = []
+        self._seen_modules: set[str] = set()
+        self._table: dict | None = None
+        self._mine: dict = {}
+
+    def register(self, table: dict) -> None:
+        """Add this recorder's handlers to a :func:`~porting_kit.probes.intercept.tap_ops` table."""
+        import torch
+        import torch.nn.functional as F
+
+        self._table = table
+        self._mine = {F.scaled_dot_product_attention: self._sdpa, torch.matmul: self._matmul,
+                      torch.Tensor.matmul: self._matmul, torch.Tensor.__matmul__: self._matmul}
+        for fn, h in self._mine.items():
+            table.setdefault(fn, []).append(h)
+
+    def _done(self) -> None:
+        for fn, h in self._mine.items():
+            hs = self._table.get(fn, [])
+            if h in hs:
+                hs.remove(h)
+            if not hs:
+                self._table.pop(fn, None)
+
+    def _record(self, op: str, q, k, site: str) -> None:
+        if len(self.got) >= self.limit:
             return
         if q.ndim == 3:
             q, k = q.unsqueeze(0), k.unsqueeze(0)
-        site = stack[-1][0] if stack else ""
-        got.append(QKCapture(site, op, q.detach().clone(), k.detach().clone()))
-        if stop and len(got) >= limit:
-            raise ForwardStopped
+        self.got.append(QKCapture(site, op, q.detach().clone(), k.detach().clone()))
+        if len(self.got) >= self.limit:
+            self._done()
+            if self.stop:
+                raise ForwardStopped
 
-    class Mode(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if func is F.scaled_dot_product_attention:
-                q = args[0] if args else kwargs.get("query")
-                k = args[1] if len(args) > 1 else kwargs.get("key")
-                record("sdpa", q, k)
-            elif func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__) and len(args) == 2:
-                a, b = args
-                if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.ndim == 4
-                        and b.ndim == 4 and a.shape[:2] == b.shape[:2] and a.shape[-1] == b.shape[-2]
-                        and a.is_floating_point()):
-                    call = stack[-1][1] if stack else 0
-                    if call not in seen_calls:
-                        seen_calls.add(call)
-                        record("matmul", a, b.transpose(-1, -2))
-            return func(*args, **kwargs)
+    def _sdpa(self, func, args, kwargs, nested) -> None:
+        q = args[0] if args else kwargs.get("query")
+        k = args[1] if len(args) > 1 else kwargs.get("key")
+        self._record("sdpa", q, k, self.namer.innermost())
 
-    try:
-        with Mode():
-            yield got
-    except ForwardStopped:
-        pass
-    finally:
-        for h in handles:
-            h.remove()
+    def _matmul(self, func, args, kwargs, nested) -> None:
+        import torch
+
+        if len(args) != 2:
+            return
+        a, b = args
+        if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.ndim == 4
+                and b.ndim == 4 and a.shape[:2] == b.shape[:2] and a.shape[-1] == b.shape[-2]
+                and a.is_floating_point()):
+            site = self.namer.innermost()
+            if site not in self._seen_modules:  # q @ k^T, not the attention's later p @ v
+                self._seen_modules.add(site)
+                self._record("matmul", a, b.transpose(-1, -2), site)
 
 
 @dataclass
@@ -439,10 +476,14 @@ class QKResidual:
         holds NaN/Inf.
     positions : int
         Sequence length compared.
+    per_position : list of float
+        The largest residual at each position (q and k), in position order; NaN where a
+        side holds NaN/Inf.
     """
 
     max_residual: float
     positions: int
+    per_position: list[float] = field(default_factory=list)
 
 
 def qk_residual(q_ref, q_cand, k_ref, k_cand, floor: float = 0.25) -> QKResidual:
@@ -470,17 +511,18 @@ def qk_residual(q_ref, q_cand, k_ref, k_cand, floor: float = 0.25) -> QKResidual
     """
     import torch
 
-    worst = []
+    rows = []
     for r, c in ((q_ref, q_cand), (k_ref, k_cand)):
         r32, c32 = r.detach().float(), c.detach().float()
         num = (c32 - r32).pow(2).mean(dim=(0, 1)).sqrt()  # (seq, head_dim)
         den = r32.pow(2).mean(dim=(0, 1)).sqrt()
         den = torch.maximum(den, floor * den.pow(2).mean(-1, keepdim=True).sqrt()).clamp_min(1e-30)
         res = num / den
-        worst.append(torch.where(torch.isfinite(res), res, torch.full_like(res, float("nan"))).amax())
-    both = torch.stack(worst).cpu()
+        rows.append(torch.where(torch.isfinite(res), res, torch.full_like(res, float("nan"))).amax(-1))
+    both = torch.stack(rows).cpu()  # (2, seq): q, k; one host copy
     value = float("nan") if torch.isnan(both).any() else float(both.max())
-    return QKResidual(value, int(q_ref.shape[-2]))
+    per_position = both.amax(0).tolist()
+    return QKResidual(value, int(q_ref.shape[-2]), per_position)
 
 
 @contextmanager
