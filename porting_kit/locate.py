@@ -71,7 +71,10 @@ def _has_any(mod, attrs: tuple[str, ...]) -> bool:
         cls = _CLASS_ATTRS[type(mod)] = frozenset(a for a in (*_ROTARY_ATTRS, *_EPS_ATTRS)
                                                   if hasattr(type(mod), a))
     bufs, params = d.get("_buffers", ()), d.get("_parameters", ())
-    return any(a in d or a in bufs or a in params or a in cls for a in attrs)
+    for a in attrs:
+        if a in d or a in bufs or a in params or a in cls:
+            return True
+    return False
 
 
 def find_rotary(model, walk=None) -> list[RotarySite]:

@@ -168,7 +168,22 @@ def probe_rows(dim: int, dtype=None):
         ``s * (+1, -1, +1, ...)``: mean 0, mean square = variance = ``s^2``.
     scales : torch.Tensor [shape=(13,), float64]
         ``s = 10 ** linspace(-6, 0, 13)``, one per row of ``alt``.
+
+    Notes
+    -----
+    Built once per ``dim`` and kept (the rows are a pure function of it); callers must not
+    modify them in place.
     """
+    hit = _PROBE_ROWS.get(dim)
+    if hit is None:
+        hit = _PROBE_ROWS[dim] = _make_probe_rows(dim)
+    return hit
+
+
+_PROBE_ROWS: dict[int, tuple] = {}  # dim -> probe_rows(dim)
+
+
+def _make_probe_rows(dim: int):
     import torch
 
     g = torch.Generator().manual_seed(_SEED)
@@ -580,11 +595,12 @@ def capture_norm_calls(model, sites: list[NormSite], walk=None) -> Iterator[list
         return hook
 
     def enclosing(name: str) -> str | None:
-        best = None
-        for b in blocks:
-            if name.startswith(b + ".") and (best is None or len(b) > len(best)):
-                best = b
-        return best
+        parts = name.split(".")  # the longest proper prefix that is a block
+        for i in range(len(parts) - 1, 0, -1):
+            prefix = ".".join(parts[:i])
+            if prefix in blocks:
+                return prefix
+        return None
 
     def norm_pre(site: NormSite):
         blk = enclosing(site.name)
@@ -603,8 +619,10 @@ def capture_norm_calls(model, sites: list[NormSite], walk=None) -> Iterator[list
             calls.append(NormCall(site.name, site.dim, blk, fed))
         return hook
 
+    wanted = {enclosing(site.name) for site in sites} - {None}  # blocks holding no norm: no hook
     for bname, mod in blocks.items():
-        handles.append(mod.register_forward_pre_hook(block_pre(bname), with_kwargs=True))
+        if bname in wanted:
+            handles.append(mod.register_forward_pre_hook(block_pre(bname), with_kwargs=True))
     for site in sites:
         handles.append(site.module.register_forward_pre_hook(norm_pre(site), with_kwargs=True))
     try:
