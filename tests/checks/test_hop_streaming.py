@@ -239,3 +239,50 @@ def test_lookahead_on_a_decoder_that_trims_d_samples():
     # causal: the kept lookahead samples are the next ones of the full decode; the stream repeats
     # them, from the end of chunk 0's lookahead on
     assert f.evidence["first_mismatch_sample"] == 5 * HOP - D + LA * HOP
+
+
+# --------------------------------------------------------------------------- a stream cut short at the end
+
+
+def test_stream_cut_short_at_the_end_is_a_length_fault_not_a_seam():
+    """The last chunk trimmed by 7 samples (40 frames, 7 seams: 1 per seam by coincidence)."""
+    full, _ = toy_decode(CODES)
+
+    def short(c, k, ctx):
+        y, sr = stream_decode(toy_decode, c, k, ctx, HOP)
+        return y[:, :-7], sr
+
+    (f,) = check_stream(_spec(short), CODES, HOP, full, trim_d=D)
+    n = 40 * HOP - D
+    assert f.code == "hop.length_mismatch" and f.evidence["streamed"] is True
+    assert f.evidence["stream_samples"] == n - 7 and f.evidence["full_decode_samples"] == n
+    assert f.evidence["difference_samples"] == -7 and f.where.samples == [n - 7, n]
+    assert "seam" not in f.message and f"samples {n - 7}-{n} of the full decode are missing" in f.message
+
+
+def test_stream_padded_at_the_end_is_a_length_fault():
+    full, _ = toy_decode(CODES)
+
+    def padded(c, k, ctx):
+        y, sr = stream_decode(toy_decode, c, k, ctx, HOP)
+        return np.concatenate([y, np.zeros((1, 5), y.dtype)], axis=1), sr
+
+    (f,) = check_stream(_spec(padded), CODES, HOP, full, trim_d=D)
+    assert f.code == "hop.length_mismatch" and f.evidence["difference_samples"] == 5
+    assert "padded: 5 samples past" in f.message
+
+
+def test_stream_that_cannot_stream_is_not_claimed_checked():
+    """decode_candidate_stream returning None: the hop.ok evidence says streaming_checked False."""
+    from types import SimpleNamespace
+
+    from porting_kit.checks.hop import _streaming
+
+    full, _ = toy_decode(CODES)
+    pair = SimpleNamespace(hop_length=HOP, codes=CODES, candidate=full, dtype_explains=False)
+    m = {"reference_samples": int(full.shape[-1])}
+    ev = {}
+    assert _streaming(_spec(lambda c, k, ctx: None), pair, m, ev) == [] and ev == {"streaming_checked": False}
+    ev = {}
+    good = _spec(lambda c, k, ctx: stream_decode(toy_decode, c, k, ctx, HOP))
+    assert _streaming(good, pair, m, ev) == [] and ev == {"streaming_checked": True}
