@@ -180,7 +180,7 @@ def default_clip() -> tuple[np.ndarray, int]:
     return (wav if wav.ndim == 1 else wav.mean(axis=1)).astype(np.float32), int(sr)
 
 
-def as_feature_map(x: Any, layout: str = "mels_frames") -> np.ndarray:
+def as_feature_map(x: Any, layout: str = "mels_frames", source: str = "features") -> np.ndarray:
     """A feature output as float64 ``(n_mels, frames)``.
 
     Parameters
@@ -189,6 +189,8 @@ def as_feature_map(x: Any, layout: str = "mels_frames") -> np.ndarray:
         ``[shape=(n_mels, frames)]`` or ``(frames, n_mels)`` per ``layout``; leading axes of size 1
         are dropped.
     layout : {"mels_frames", "frames_mels"}
+    source : str, default "features"
+        Who returned ``x``, for the error (``"candidate_features(waveform, sample_rate)"``).
 
     Returns
     -------
@@ -203,12 +205,17 @@ def as_feature_map(x: Any, layout: str = "mels_frames") -> np.ndarray:
         raise ValueError(f"feature_layout {layout!r}: use 'mels_frames' or 'frames_mels'")
     if hasattr(x, "detach"):
         x = x.detach().cpu().double().numpy()
-    a = np.asarray(x, dtype=np.float64)
+    want = "expected (n_mels, frames) or (frames, n_mels), a 2-D feature map"
+    if x is None or isinstance(x, (str, bytes, dict)):
+        raise ValueError(f"{source} returned {'None' if x is None else 'a ' + type(x).__name__}: {want}")
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{source} returned a {type(x).__name__} that is not numeric: {want}") from None
     while a.ndim > 2 and a.shape[0] == 1:
         a = a[0]
     if a.ndim != 2:
-        raise ValueError(f"features of shape {tuple(np.shape(x))}: expected (n_mels, frames) or "
-                         "(frames, n_mels)")
+        raise ValueError(f"{source} returned features of shape {tuple(np.shape(x))}: {want}")
     return a.T if layout == "frames_mels" else a
 
 
@@ -225,7 +232,9 @@ def _err(ref: np.ndarray, cand: np.ndarray) -> tuple[float, int, int]:
 
 
 def compare_features(reference_fn: FeatureFn, candidate_fn: FeatureFn, waveform: np.ndarray,
-                     sample_rate: int, layout: str = "mels_frames") -> FeatureComparison:
+                     sample_rate: int, layout: str = "mels_frames",
+                     names: tuple[str, str] = ("reference_features", "candidate_features")
+                     ) -> FeatureComparison:
     """Run both extractors on the clip, compare, and try the fault hypotheses on a mismatch.
 
     Parameters
@@ -239,6 +248,8 @@ def compare_features(reference_fn: FeatureFn, candidate_fn: FeatureFn, waveform:
         The clip's rate in Hz.
     layout : {"mels_frames", "frames_mels"}
         Layout of both outputs (the spec's ``feature_layout``).
+    names : (str, str)
+        The two functions' names, for the error when one returns no feature map.
 
     Returns
     -------
@@ -247,10 +258,11 @@ def compare_features(reference_fn: FeatureFn, candidate_fn: FeatureFn, waveform:
     Raises
     ------
     ValueError
-        An output that is not a 2-D feature map (the check turns it into exit 2).
+        An output that is not a 2-D feature map, naming the function that returned it
+        (the check turns it into exit 2).
     """
-    ref = as_feature_map(reference_fn(waveform, sample_rate), layout)
-    cand = as_feature_map(candidate_fn(waveform, sample_rate), layout)
+    ref = as_feature_map(reference_fn(waveform, sample_rate), layout, f"{names[0]}(waveform, sample_rate)")
+    cand = as_feature_map(candidate_fn(waveform, sample_rate), layout, f"{names[1]}(waveform, sample_rate)")
     transposed = False
     if cand.shape != ref.shape and cand.shape[::-1] == ref.shape:
         cand, transposed = cand.T, True

@@ -223,3 +223,39 @@ def test_real_whisper_feature_extractor_pair(variant, code):
     assert f.code == code
     if variant is None:
         assert f.evidence["max_abs_err"] < 1e-5 and f.evidence["reference_frames"] == 314
+
+
+@pytest.mark.parametrize("ret, line", [
+    (None, "candidate_features(waveform, sample_rate) returned None: expected (n_mels, frames)"),
+    ("mel", "candidate_features(waveform, sample_rate) returned a str: expected (n_mels, frames)"),
+    (np.float32(1.0), "candidate_features(waveform, sample_rate) returned features of shape (): expected"),
+    (np.zeros(10), "candidate_features(waveform, sample_rate) returned features of shape (10,): expected"),
+])
+def test_bad_feature_output_names_the_function(ret, line):
+    """The exit-2 line names the spec function to fix, also for None (no 'features of shape ()')."""
+    from porting_kit.errors import InputError
+
+    spec = _spec(lambda w, s: ret)
+    with pytest.raises(InputError) as e:
+        run_check(spec, only="features")
+    assert str(e.value).startswith(f"features_spec: {line}") and "\n" not in str(e.value)
+
+
+def test_bad_reference_feature_output_names_reference_features():
+    from porting_kit.errors import InputError
+
+    m = types.SimpleNamespace(reference_features=lambda w, s: None, candidate_features=tf.candidate_features)
+    with pytest.raises(InputError, match=r"reference_features\(waveform, sample_rate\) returned None"):
+        run_check(Spec(module=m, name="feat"), only="features")
+
+
+def test_spec_with_only_reference_features_names_candidate_features(tmp_path):
+    from porting_kit.errors import InputError
+
+    p = tmp_path / "half.py"
+    p.write_text("def reference_features(waveform, sample_rate):\n    return None\n")
+    with pytest.raises(InputError, match=r"features spec lacks candidate_features\(waveform, sample_rate\)"):
+        load_spec(p)
+    p.write_text("def candidate_features(waveform, sample_rate):\n    return None\n")
+    with pytest.raises(InputError, match=r"features spec lacks reference_features\(waveform, sample_rate\)"):
+        load_spec(p)
