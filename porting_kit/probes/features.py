@@ -420,7 +420,10 @@ def _log_affine(c: _Ctx) -> Hypothesis | None:
     r, y = c.ref[keep], c.cand[keep]
     a, b = np.polyfit(r, y, 1)
     err = float(np.abs(a * r + b - y).max())
-    fits = err <= c.tol and (abs(a - 1) > 1e-3 or abs(b) > c.tol)
+    # a log base or scale maps the reference's values onto the candidate's: a > 0, and the
+    # candidate varies (a candidate constant off the floors - features cast to int - fits a = 0)
+    varies = a > 0 and float(np.ptp(y)) > c.tol
+    fits = varies and err <= c.tol and (abs(a - 1) > 1e-3 or abs(b) > c.tol)
     return Hypothesis("log_affine", bool(fits), f"off the floors cand = {a:.6g} * ref + {b:.6g} "
                       f"(residual {err:.3g})", err, {"scale": float(a), "offset": float(b),
                                                       "scale_over_ln10": float(a / np.log(10))})
@@ -545,7 +548,16 @@ def _filter_centres(c: _Ctx) -> Hypothesis | None:
     w = int(np.argmax(np.where(audible, ratio, -1.0)))
     ev = {"moved_bins": int(moved.sum()), "worst_centre_bin": w,
           "reference_centre_hz": round(float(rc[w]), 1), "candidate_centre_hz": round(float(kc[w]), 1),
+          "median_centre_ratio": round(float(np.median((kc / rc)[audible])), 4) if audible.any() else 1.0,
           "reference_mel_scale": _scale_of(rc[rc > 2 * f0]), "candidate_mel_scale": _scale_of(kc[kc > 2 * f0])}
-    return Hypothesis("filter_centres", True, f"chirp peaks of {ev['moved_bins']} of {len(rc)} mel bins move "
-                      f"(bin {w}: {ev['reference_centre_hz']} Hz in the reference, "
-                      f"{ev['candidate_centre_hz']} Hz in the candidate)", float("nan"), ev)
+    moved_text = (f"chirp peaks of {ev['moved_bins']} of {len(rc)} mel bins move (bin {w}: "
+                  f"{ev['reference_centre_hz']} Hz in the reference, {ev['candidate_centre_hz']} Hz in the "
+                  "candidate")
+    if ev["reference_mel_scale"] == ev["candidate_mel_scale"]:
+        # the peaks move, but not along another mel scale: quantised features (ties in argmax)
+        # or another STFT size move them too; a filter-centre fault is not shown
+        return Hypothesis("filter_centres", False, f"{moved_text}, median ratio {ev['median_centre_ratio']}) "
+                          f"but both follow the {ev['reference_mel_scale']} mel scale", float("nan"), ev)
+    return Hypothesis("filter_centres", True, f"{moved_text}; the reference follows the "
+                      f"{ev['reference_mel_scale']} mel scale, the candidate {ev['candidate_mel_scale']})",
+                      float("nan"), ev)

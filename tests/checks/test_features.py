@@ -120,6 +120,39 @@ def test_a_dropped_last_frame_is_framing():
     assert (f.evidence["offset_samples"], f.evidence["frame_count_difference"]) == (0, -1)
 
 
+def _stft_port(n_fft_stft=tf.N_FFT, n_fft_filters=tf.N_FFT):
+    """The clean torch port with another STFT size (filters built for ``n_fft_filters``)."""
+    import librosa
+
+    def port(wav, sr):
+        y = torch.from_numpy(tf._resample(wav, sr, np.float32))
+        st = torch.stft(y, n_fft_stft, tf.HOP_LENGTH, window=torch.hann_window(n_fft_stft), center=True,
+                        pad_mode="reflect", return_complex=True)
+        fb = librosa.filters.mel(sr=tf.SAMPLE_RATE, n_fft=n_fft_filters, n_mels=tf.N_MELS, norm="slaney")
+        bins = n_fft_stft // 2 + 1
+        fb = np.pad(fb, ((0, 0), (0, max(0, bins - fb.shape[1]))))[:, :bins]
+        lg = torch.clamp(torch.from_numpy(fb.astype(np.float32)) @ st.abs().pow(2), min=1e-10).log10()
+        return (torch.maximum(lg, lg.max() - tf.DYNAMIC_RANGE) + 4.0) / 4.0
+    return port
+
+
+@pytest.mark.parametrize("name, candidate", [
+    ("cast_to_int", lambda w, s: tf.candidate_features(w, s).to(torch.int64)),
+    ("rounded_to_int", lambda w, s: tf.candidate_features(w, s).round().to(torch.int64)),
+    ("n_fft_512", _stft_port(512, 512)),
+    ("n_fft_512_filters_400", _stft_port(512, 400)),
+])
+def test_faults_no_hypothesis_reproduces_are_a_mismatch(name, candidate):
+    """Peaks that move along one mel scale (quantised features, another STFT size) are not a
+    filter-centre fault, and a candidate constant off the floors is not a log scale."""
+    f = _one(_spec(candidate))
+    assert f.code == "features.mismatch", (name, f.message)
+    tried = f.evidence["hypotheses_tried"]
+    assert "filter_centres: chirp peaks of" in tried
+    if name in ("rounded_to_int", "n_fft_512_filters_400"):  # the peaks move, along one scale
+        assert "but both follow the slaney mel scale" in tried
+
+
 def test_unexplained_difference_is_a_mismatch_naming_bin_and_frame():
     def noisy(w, s):
         out = tf.candidate_features(w, s).numpy().copy()
