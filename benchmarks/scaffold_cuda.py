@@ -18,24 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from porting_kit.scaffold.examples import EXAMPLE_CONFIGS
+
 SHAPES = ("two-stage", "single-stage-ar", "native-ar")
-#: Same two configs as tests/scaffold_helpers.py (CONFIG) and tests/scaffold/test_run_tier.py (OTHER).
-CONFIGS = {
-    "my_tts": {
-        "architectures": ["MyTTSForConditionalGeneration"], "model_type": "my_tts",
-        "_name_or_path": "acme/my-tts-0.5b", "vocab_size": 4096, "hidden_size": 512,
-        "num_hidden_layers": 8, "intermediate_size": 1536, "max_position_embeddings": 4096,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "eos_token_id": 2,
-        "codec_config": {"sampling_rate": 24000, "upsampling_ratios": [8, 5, 4, 3], "num_quantizers": 8},
-    },
-    "other_speech": {
-        "architectures": ["OtherSpeechForConditionalGeneration"], "model_type": "other_speech",
-        "vocab_size": 1031, "hidden_size": 768, "num_hidden_layers": 12, "intermediate_size": 2048,
-        "num_attention_heads": 12, "max_position_embeddings": 2048, "rope_theta": 500000.0,
-        "codec_eos_token_id": 1027, "eos_token_id": 1028,
-        "audio_tokenizer_config": {"sample_rate": 16000, "hop_length": 320, "n_q": 4},
-    },
-}
+#: The two example TTS configs (also used by tests/scaffold_helpers.py and tests/scaffold/test_run_tier.py).
+CONFIGS = EXAMPLE_CONFIGS
 
 
 def main(argv: list[str] | None = None) -> int:

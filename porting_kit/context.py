@@ -93,6 +93,7 @@ class CheckContext:
         """
         import torch
 
+        from porting_kit.devices import cuda_missing
         from porting_kit.errors import InputError
 
         try:
@@ -101,10 +102,6 @@ class CheckContext:
             raise InputError(f"--device {self.device!r}: {str(exc).splitlines()[0]}") from exc
         if dev.type != "cuda":
             return
-        if not torch.cuda.is_available():
-            raise InputError(f"--device {self.device}: CUDA is not available here "
-                             f"(torch {torch.__version__}: torch.cuda.is_available() is False)")
-        count = torch.cuda.device_count()
-        if dev.index is not None and dev.index >= count:
-            raise InputError(f"--device {self.device}: this machine has {count} CUDA device(s) "
-                             f"(cuda:0 to cuda:{count - 1})")
+        why = cuda_missing(dev.index)
+        if why is not None:
+            raise InputError(f"--device {self.device}: {why}")

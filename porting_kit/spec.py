@@ -325,9 +325,15 @@ def _validate(spec: Spec) -> None:
         if audio:
             lacking = [n + "()" for n in AUDIO_NAMES if n not in audio]
             raise InputError(f"{spec.name}: audio spec lacks {', '.join(lacking)}")
+        features = [n for n in FEATURE_NAMES if callable(spec.get(n))]
+        if features:
+            lacking = [n + "(waveform, sample_rate)" for n in FEATURE_NAMES if n not in features]
+            raise InputError(f"{spec.name}: features spec lacks {', '.join(lacking)}: define both "
+                             f"{' and '.join(n + '()' for n in FEATURE_NAMES)} to compare feature extraction")
         raise InputError(f"{spec.name}: spec defines none of reference()/candidate()/inputs(), "
                          "engine_model()/synthesize_candidate(), the audio names "
-                         "codes()/decode_reference()/decode_candidate() nor sampling_params() with "
+                         "codes()/decode_reference()/decode_candidate(), "
+                         "reference_features()/candidate_features() nor sampling_params() with "
                          "candidate_sampler()/candidate_logits_processor(); nothing to check")
 
 

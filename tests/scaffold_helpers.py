@@ -13,21 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from porting_kit.scaffold.examples import example_config
 from porting_kit.scaffold.generate import ScaffoldOptions, scaffold
 
-CONFIG = {
-    "architectures": ["MyTTSForConditionalGeneration"],
-    "model_type": "my_tts",
-    "_name_or_path": "acme/my-tts-0.5b",
-    "vocab_size": 4096,
-    "hidden_size": 512,
-    "num_hidden_layers": 8,
-    "intermediate_size": 1536,
-    "max_position_embeddings": 4096,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
-    "eos_token_id": 2,
-    "codec_config": {"sampling_rate": 24000, "upsampling_ratios": [8, 5, 4, 3], "num_quantizers": 8},
-}
+CONFIG = example_config("my_tts")  #: the example TTS config (porting_kit.scaffold.examples), a copy
 SHAPES = ("two-stage", "single-stage-ar", "native-ar")
 WHEEL = "vllm_omni-0.30.0-py3-none-any.whl"
 

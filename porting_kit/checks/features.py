@@ -17,11 +17,13 @@ Codes, each named only when its hypothesis reproduces the candidate (measured by
   ``center=True``: ``d = n_fft / 2``), or only the edge frames differ (padding mode);
 * ``features.log_floor`` - a different log floor or clamp (every differing entry sits at the
   floor of one side: ``log(max(x, 1e-5))`` against ``1e-10``, Whisper's dynamic-range clamp
-  missing), or another log base/scale (``cand = a * ref + b`` off the floors; ``a = ln 10``
-  for ln where log10);
+  missing), or another log base/scale (``cand = a * ref + b`` off the floors with ``a > 0``
+  and a candidate that varies; ``a = ln 10`` for ln where log10);
 * ``features.mel_filterbank`` - the mel filters differ: a per-bin constant gain (Slaney area
   normalisation on one side only), or other filter centres (mel scale: Slaney against HTK,
-  measured with a chirp; evidence names the scale each side follows);
+  measured with a chirp; evidence names the scale each side follows; named only when the two
+  sides follow different mel scales: peaks that move along one scale - features cast to int,
+  another n_fft - are ``features.mismatch``);
 * ``features.mel_filterbank`` also when the mel bin counts differ (``n_mels``);
 * ``features.mismatch`` - the features differ and no hypothesis fits (worst mel bin and frame),
   or the candidate has NaN/Inf entries;

@@ -8,7 +8,10 @@ every finding is built here):
 * ``hop.sample_rate_mismatch`` - the served sample rate is not the codec's;
 * ``hop.length_mismatch`` - samples != frames * hop_length - d (hop = product
   of the codec's upsampling ratios, d = the codec's own trim, read from the
-  reference); the common part matches, the end is cut or padded;
+  reference); the common part matches, the end is cut or padded; also a streamed
+  decode that matches the full decode wherever both have samples but ends early or
+  late (its last chunk cut or padded: ``streamed``, ``stream_samples``,
+  ``full_decode_samples`` in the evidence);
 * ``hop.duration_drift`` - the audio is time-scaled (resampled from a wrong
   rate): the error grows along the signal;
 * ``hop.offset`` - a constant lag, found by cross-correlation;
@@ -384,6 +387,41 @@ def lookahead_finding(sm: StreamMeasurement) -> Finding:
         "fewer frames at the end of the codes.")
 
 
+def stream_length_finding(sm: StreamMeasurement) -> Finding:
+    """``hop.length_mismatch`` of a stream whose common part matches the full decode.
+
+    The stream ends early (or runs on) while every sample both hold matches: the
+    last chunk is cut short (or padded), a length fault at the end, not at a seam.
+
+    Parameters
+    ----------
+    sm : StreamMeasurement
+        Its ``streamed.first_bad`` is ``None`` and ``streamed.missing`` is not 0.
+
+    Returns
+    -------
+    Finding
+        Evidence: the chunk configuration, ``stream_samples``, ``full_decode_samples``,
+        ``difference_samples`` (stream - full decode), ``streamed: True``.
+    """
+    n_full = sm.full_samples
+    n = n_full - sm.streamed.missing
+    who = "" if sm.request is None else f" of request {sm.request} of the batch ({sm.frames} frames)"
+    la_text = f", {sm.lookahead_frames} of lookahead" if sm.uses_lookahead else ""
+    how = (f"cut short: samples {n}-{n_full} of the full decode are missing" if n < n_full
+           else f"padded: {n - n_full} samples past the full decode's end")
+    ev = {**_stream_evidence(sm), "streamed": True, "stream_samples": n, "full_decode_samples": n_full,
+          "difference_samples": n - n_full, "missing_samples": sm.streamed.missing}
+    return Finding(
+        "hop", "hop.length_mismatch", "fail",
+        f"The streamed decode{who} ({sm.chunk_frames}-frame chunks, {sm.context_frames} frames of left "
+        f"context{la_text}) has {n} samples, the full decode {n_full} ({n - n_full:+d}); every sample "
+        f"both hold matches: the last chunk is {how}.",
+        ev, Where(samples=[min(n, n_full), max(n, n_full)]),
+        f"End the last chunk at the full decode's length (frames * hop_length - d = {n_full} samples): "
+        "do not trim or pad the final chunk.")
+
+
 def stream_findings(sm: StreamMeasurement | None) -> list[Finding]:
     """``hop.stream_boundary`` / ``hop.stream_lookahead`` from a streaming measurement, with its cause.
 
@@ -398,7 +436,9 @@ def stream_findings(sm: StreamMeasurement | None) -> list[Finding]:
     list of Finding
         Empty when the stream does not run or every seam is within tolerance;
         ``hop.stream_lookahead`` when a wrong lookahead trim explains the stream
-        (:attr:`StreamMeasurement.trim_fit`); else one ``hop.stream_boundary`` with
+        (:attr:`StreamMeasurement.trim_fit`); ``hop.length_mismatch`` when the stream
+        matches the full decode wherever both have samples but ends early or late
+        (:func:`stream_length_finding`); else one ``hop.stream_boundary`` with
         the worst seam (sample range), whether more left context or more lookahead
         fixes it, and the decoder's ``d``.
     """
@@ -406,6 +446,8 @@ def stream_findings(sm: StreamMeasurement | None) -> list[Finding]:
         return []
     if sm.trim_fit is not None:
         return [lookahead_finding(sm)]
+    if sm.streamed.first_bad is None and sm.streamed.missing:  # the common part matches
+        return [stream_length_finding(sm)]
     got, bigger, more = sm.streamed, sm.more_context, sm.more_context_frames
     ahead, more_la = sm.more_lookahead, sm.more_lookahead_frames
     chunk, context, d = sm.chunk_frames, sm.context_frames, sm.trim_d
@@ -609,7 +651,8 @@ def check_stream_batch(spec, codes, hop_length: int, trim_d: int,
 def _streaming(spec, pair, m: dict[str, Any], ev: dict[str, Any]) -> list[Finding]:
     """The single-request stream, then (when it is clean or absent) the batched stream.
 
-    Sets ``ev["streaming_checked"]`` / ``ev["batch_streaming_checked"]`` when they ran.
+    Sets ``ev["streaming_checked"]`` / ``ev["batch_streaming_checked"]`` when the spec defines
+    the function: ``True`` when it streamed, ``False`` when it returned ``None`` (cannot stream).
     """
     single = callable(spec.get("decode_candidate_stream"))
     batched = callable(spec.get("decode_candidate_stream_batch"))
@@ -620,12 +663,14 @@ def _streaming(spec, pair, m: dict[str, Any], ev: dict[str, Any]) -> list[Findin
     d = int(pair.codes.shape[1]) * pair.hop_length - int(m["reference_samples"])
     floor = float(m.get("max_abs_diff", 0.0)) if pair.dtype_explains else 0.0
     found = []
-    if single:
-        found = check_stream(spec, pair.codes, pair.hop_length, pair.candidate, d, precision_floor=floor)
-        ev["streaming_checked"] = True
+    if single:  # None: decode_candidate_stream says this layout does not stream
+        sm = measure_stream(spec, pair.codes, pair.hop_length, pair.candidate, d, precision_floor=floor)
+        found = stream_findings(sm)
+        ev["streaming_checked"] = sm is not None
     if batched and not found:  # a single-request fault would show in every row: reported once
-        found = check_stream_batch(spec, pair.codes, pair.hop_length, d, precision_floor=floor)
-        ev["batch_streaming_checked"] = True
+        bm = measure_stream_batch(spec, pair.codes, pair.hop_length, d, precision_floor=floor)
+        found = stream_batch_findings(bm)
+        ev["batch_streaming_checked"] = bm is not None
     return found
 
 

@@ -180,7 +180,7 @@ def default_clip() -> tuple[np.ndarray, int]:
     return (wav if wav.ndim == 1 else wav.mean(axis=1)).astype(np.float32), int(sr)
 
 
-def as_feature_map(x: Any, layout: str = "mels_frames") -> np.ndarray:
+def as_feature_map(x: Any, layout: str = "mels_frames", source: str = "features") -> np.ndarray:
     """A feature output as float64 ``(n_mels, frames)``.
 
     Parameters
@@ -189,6 +189,8 @@ def as_feature_map(x: Any, layout: str = "mels_frames") -> np.ndarray:
         ``[shape=(n_mels, frames)]`` or ``(frames, n_mels)`` per ``layout``; leading axes of size 1
         are dropped.
     layout : {"mels_frames", "frames_mels"}
+    source : str, default "features"
+        Who returned ``x``, for the error (``"candidate_features(waveform, sample_rate)"``).
 
     Returns
     -------
@@ -203,12 +205,17 @@ def as_feature_map(x: Any, layout: str = "mels_frames") -> np.ndarray:
         raise ValueError(f"feature_layout {layout!r}: use 'mels_frames' or 'frames_mels'")
     if hasattr(x, "detach"):
         x = x.detach().cpu().double().numpy()
-    a = np.asarray(x, dtype=np.float64)
+    want = "expected (n_mels, frames) or (frames, n_mels), a 2-D feature map"
+    if x is None or isinstance(x, (str, bytes, dict)):
+        raise ValueError(f"{source} returned {'None' if x is None else 'a ' + type(x).__name__}: {want}")
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{source} returned a {type(x).__name__} that is not numeric: {want}") from None
     while a.ndim > 2 and a.shape[0] == 1:
         a = a[0]
     if a.ndim != 2:
-        raise ValueError(f"features of shape {tuple(np.shape(x))}: expected (n_mels, frames) or "
-                         "(frames, n_mels)")
+        raise ValueError(f"{source} returned features of shape {tuple(np.shape(x))}: {want}")
     return a.T if layout == "frames_mels" else a
 
 
@@ -225,7 +232,9 @@ def _err(ref: np.ndarray, cand: np.ndarray) -> tuple[float, int, int]:
 
 
 def compare_features(reference_fn: FeatureFn, candidate_fn: FeatureFn, waveform: np.ndarray,
-                     sample_rate: int, layout: str = "mels_frames") -> FeatureComparison:
+                     sample_rate: int, layout: str = "mels_frames",
+                     names: tuple[str, str] = ("reference_features", "candidate_features")
+                     ) -> FeatureComparison:
     """Run both extractors on the clip, compare, and try the fault hypotheses on a mismatch.
 
     Parameters
@@ -239,6 +248,8 @@ def compare_features(reference_fn: FeatureFn, candidate_fn: FeatureFn, waveform:
         The clip's rate in Hz.
     layout : {"mels_frames", "frames_mels"}
         Layout of both outputs (the spec's ``feature_layout``).
+    names : (str, str)
+        The two functions' names, for the error when one returns no feature map.
 
     Returns
     -------
@@ -247,10 +258,11 @@ def compare_features(reference_fn: FeatureFn, candidate_fn: FeatureFn, waveform:
     Raises
     ------
     ValueError
-        An output that is not a 2-D feature map (the check turns it into exit 2).
+        An output that is not a 2-D feature map, naming the function that returned it
+        (the check turns it into exit 2).
     """
-    ref = as_feature_map(reference_fn(waveform, sample_rate), layout)
-    cand = as_feature_map(candidate_fn(waveform, sample_rate), layout)
+    ref = as_feature_map(reference_fn(waveform, sample_rate), layout, f"{names[0]}(waveform, sample_rate)")
+    cand = as_feature_map(candidate_fn(waveform, sample_rate), layout, f"{names[1]}(waveform, sample_rate)")
     transposed = False
     if cand.shape != ref.shape and cand.shape[::-1] == ref.shape:
         cand, transposed = cand.T, True
@@ -408,7 +420,10 @@ def _log_affine(c: _Ctx) -> Hypothesis | None:
     r, y = c.ref[keep], c.cand[keep]
     a, b = np.polyfit(r, y, 1)
     err = float(np.abs(a * r + b - y).max())
-    fits = err <= c.tol and (abs(a - 1) > 1e-3 or abs(b) > c.tol)
+    # a log base or scale maps the reference's values onto the candidate's: a > 0, and the
+    # candidate varies (a candidate constant off the floors - features cast to int - fits a = 0)
+    varies = a > 0 and float(np.ptp(y)) > c.tol
+    fits = varies and err <= c.tol and (abs(a - 1) > 1e-3 or abs(b) > c.tol)
     return Hypothesis("log_affine", bool(fits), f"off the floors cand = {a:.6g} * ref + {b:.6g} "
                       f"(residual {err:.3g})", err, {"scale": float(a), "offset": float(b),
                                                       "scale_over_ln10": float(a / np.log(10))})
@@ -533,7 +548,16 @@ def _filter_centres(c: _Ctx) -> Hypothesis | None:
     w = int(np.argmax(np.where(audible, ratio, -1.0)))
     ev = {"moved_bins": int(moved.sum()), "worst_centre_bin": w,
           "reference_centre_hz": round(float(rc[w]), 1), "candidate_centre_hz": round(float(kc[w]), 1),
+          "median_centre_ratio": round(float(np.median((kc / rc)[audible])), 4) if audible.any() else 1.0,
           "reference_mel_scale": _scale_of(rc[rc > 2 * f0]), "candidate_mel_scale": _scale_of(kc[kc > 2 * f0])}
-    return Hypothesis("filter_centres", True, f"chirp peaks of {ev['moved_bins']} of {len(rc)} mel bins move "
-                      f"(bin {w}: {ev['reference_centre_hz']} Hz in the reference, "
-                      f"{ev['candidate_centre_hz']} Hz in the candidate)", float("nan"), ev)
+    moved_text = (f"chirp peaks of {ev['moved_bins']} of {len(rc)} mel bins move (bin {w}: "
+                  f"{ev['reference_centre_hz']} Hz in the reference, {ev['candidate_centre_hz']} Hz in the "
+                  "candidate")
+    if ev["reference_mel_scale"] == ev["candidate_mel_scale"]:
+        # the peaks move, but not along another mel scale: quantised features (ties in argmax)
+        # or another STFT size move them too; a filter-centre fault is not shown
+        return Hypothesis("filter_centres", False, f"{moved_text}, median ratio {ev['median_centre_ratio']}) "
+                          f"but both follow the {ev['reference_mel_scale']} mel scale", float("nan"), ev)
+    return Hypothesis("filter_centres", True, f"{moved_text}; the reference follows the "
+                      f"{ev['reference_mel_scale']} mel scale, the candidate {ev['candidate_mel_scale']})",
+                      float("nan"), ev)

@@ -51,6 +51,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from porting_kit.errors import InputError
 from porting_kit.probes.waveform import as_channels_first
 
 #: A seam is clean when the streamed audio is within this fraction of the full decode's peak (-60 dB).
@@ -443,6 +444,68 @@ def _measure(full: np.ndarray, streamed: np.ndarray, seams: list[int], tol: floa
                            not bad and full.shape[-1] == streamed.shape[-1])
 
 
+def spec_waveform(x: Any, what: str) -> np.ndarray:
+    """A waveform a spec function returned, mono: ``np.ndarray [shape=(samples,)]`` (channel mean).
+
+    Parameters
+    ----------
+    x : np.ndarray or torch.Tensor [shape=(samples,) or (channels, samples)]
+        What the spec function returned for one waveform.
+    what : str
+        The spec function and the part, for the error line
+        (``"decode_candidate_stream_batch's request 1"``).
+
+    Returns
+    -------
+    np.ndarray [shape=(samples,)], float64
+
+    Raises
+    ------
+    InputError
+        ``x`` is not a numeric array of shape ``(samples,)`` or ``(channels, samples)``
+        (a string, a number, a dict...).
+    """
+    if isinstance(x, (str, bytes, dict)) or np.ndim(x) == 0:
+        raise InputError(f"{what} is a {type(x).__name__}, not a waveform (an array or tensor of shape "
+                         "(samples,) or (channels, samples))")
+    try:
+        return as_channels_first(x).mean(axis=0)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{what} is not a waveform of shape (samples,) or (channels, samples): {e}") from None
+
+
+def _waveform_list(out: Any, n_requests: int) -> list[np.ndarray]:
+    """``decode_candidate_stream_batch``'s return value as one mono waveform per request.
+
+    Raises
+    ------
+    InputError
+        ``out`` is not a list (tuple, array) of ``n_requests`` waveforms.
+    """
+    name = "decode_candidate_stream_batch"
+    if isinstance(out, (str, bytes, dict)) or not hasattr(out, "__len__") or not hasattr(out, "__getitem__"):
+        raise InputError(f"{name} returned a {type(out).__name__}, not a list of waveforms "
+                         f"(one per request of the batch of {n_requests})")
+    if len(out) != n_requests:
+        raise InputError(f"{name} returned {len(out)} waveforms for a batch of "
+                         f"{n_requests} requests (one per request expected)")
+    return [spec_waveform(out[r], f"{name}'s waveform for request {r}") for r in range(n_requests)]
+
+
+def _stream_waveform(out: Any) -> np.ndarray:
+    """``decode_candidate_stream``'s ``(waveform, sample_rate)`` as a mono waveform.
+
+    Raises
+    ------
+    InputError
+        ``out`` is not a ``(waveform, sample_rate)`` pair holding a waveform.
+    """
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise InputError(f"decode_candidate_stream returned a {type(out).__name__}, not "
+                         "(waveform, sample_rate)")
+    return spec_waveform(out[0], "decode_candidate_stream's waveform")
+
+
 def stream_config(spec) -> tuple[int, int, int, bool]:
     """The port's streaming configuration from its spec.
 
@@ -535,7 +598,7 @@ def measure_stream(spec, codes, hop_length: int, full_candidate: Any, trim_d: in
     def stream(ctx_frames: int, la_frames: int) -> np.ndarray | None:
         args = (codes, chunk, ctx_frames) + ((la_frames,) if uses else ())
         out = spec.call("decode_candidate_stream", *args)
-        return None if out is None else as_channels_first(out[0]).mean(axis=0)
+        return None if out is None else _stream_waveform(out)
 
     def run(ctx_frames: int, la_frames: int) -> SeamMeasurement | None:
         y = stream(ctx_frames, la_frames)
@@ -653,23 +716,20 @@ def measure_stream_batch(spec, codes, hop_length: int, trim_d: int,
     Raises
     ------
     InputError
-        A spec function raised, or the batched stream did not return one waveform per request.
+        A spec function raised, or the batched stream did not return one waveform per request
+        (a string, a number, a list of the wrong length...).
     """
-    from porting_kit.errors import InputError
-
     chunk, context, lookahead, _ = stream_config(spec)
     lengths = batch_lengths(int(codes.shape[-1]))
     batch = batch_codes(codes, lengths)
     out = spec.call("decode_candidate_stream_batch", batch, list(lengths), chunk, context, lookahead)
     if out is None:
         return None
-    if len(out) != len(lengths):
-        raise InputError(f"decode_candidate_stream_batch returned {len(out)} waveforms for a batch of "
-                         f"{len(lengths)} requests (one per request expected)")
+    waves = _waveform_list(out, len(lengths))
     rows, expected = [], []
     for r, n in enumerate(lengths):
         full = as_channels_first(spec.call("decode_candidate", batch[r, :, :n])[0]).mean(axis=0)
-        y = as_channels_first(out[r]).mean(axis=0)
+        y = waves[r]
         peak, tol = _tolerance(full, precision_floor)
         seams = [a for a, _ in chunk_regions(n, chunk, hop_length, trim_d, full.size)]
         sm = StreamMeasurement(chunk, context, hop_length, trim_d, seams, peak, tol,

@@ -104,6 +104,7 @@ from pathlib import Path
 from typing import Any
 
 from porting_kit.adapters.vllm_omni.deploy_keys import MIN_MAX_NUM_SEQS
+from porting_kit.devices import cuda_missing
 from porting_kit.errors import InputError
 from porting_kit.report.findings import Finding, Report, Where
 
@@ -1372,17 +1373,6 @@ def _gpu_f(code: str, status: str, message: str, hint: str = "", **evidence) -> 
                    {k: v for k, v in evidence.items() if v is not None}, Where(), hint)
 
 
-def _cuda_missing() -> str | None:
-    """Why the GPU tier cannot run here, or ``None`` when CUDA is available."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed (pip install 'porting-kit[torch]')"
-    if not torch.cuda.is_available():
-        return f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False)"
-    return None
-
-
 def _gpu_speed_evidence(spec) -> dict[str, Any]:
     """RTF / TTFA / syncs per step at concurrency 1 and 4, and eager vs CUDA-graph decode step."""
     from porting_kit.probes.speed import graph_speed, request_speed
@@ -1442,7 +1432,7 @@ def gpu_tier(root: Path | None, manifest: dict | None, *, spec: str | None = Non
     InputError
         The spec cannot be loaded or a model cannot run (exit 2).
     """
-    why = _cuda_missing()
+    why = cuda_missing()  # the same answer as check --device cuda
     if why is not None:
         return [_gpu_f("gpu.skipped", "skip", f"GPU tier skipped: {why}.",
                        hint="run validate on a machine with CUDA to serve the port on the GPU")]

@@ -1,4 +1,11 @@
-"""Audio checks on the embedded tts example's codec path: every audio_* variant gives its code."""
+"""Audio checks on the embedded tts example's codec path: every audio_* variant gives its code.
+
+Each run decodes with a seeded EnCodec (an LSTM in the decoder) about 30 times (full decodes,
+the streamed chunks, the batched stream): 7-125 s a run on 2 shared CPU cores, so every run is
+``slow``. The fast tier's clean and planted twins of these codes are the numpy toy codec's
+(``tests/checks/test_audio_field_faults.py``, ``tests/checks/test_spec_forms.py``) and the toy
+decoders of ``tests/checks/test_hop_streaming.py``.
+"""
 
 import pytest
 
@@ -31,6 +38,7 @@ def test_every_audio_variant_is_declared():
     assert set(EXPECTED) <= set(load_spec(example="tts").variants)
 
 
+@pytest.mark.slow
 def test_clean_tts_passes_audio_families():
     rep = run_check(example="tts", only=ONLY)
     assert rep.codes() == ["hop.ok", "channel.ok", "dtype.ok"]
@@ -38,12 +46,14 @@ def test_clean_tts_passes_audio_families():
     assert rep.by_code("hop.ok")[0].evidence["batch_streaming_checked"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(EXPECTED))
 def test_tts_audio_variant_gives_its_code(variant):
     rep = run_check(example=f"tts:{variant}", only=ONLY)
     assert rep.codes("fail") == [EXPECTED[variant]]
 
 
+@pytest.mark.slow
 def test_tts_evidence():
     ev = run_check(example="tts:audio_offset", only="hop").by_code("hop.offset")[0].evidence
     assert ev["lag_samples"] == 120 and ev["lag_ms"] == 5.0

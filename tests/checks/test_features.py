@@ -120,6 +120,39 @@ def test_a_dropped_last_frame_is_framing():
     assert (f.evidence["offset_samples"], f.evidence["frame_count_difference"]) == (0, -1)
 
 
+def _stft_port(n_fft_stft=tf.N_FFT, n_fft_filters=tf.N_FFT):
+    """The clean torch port with another STFT size (filters built for ``n_fft_filters``)."""
+    import librosa
+
+    def port(wav, sr):
+        y = torch.from_numpy(tf._resample(wav, sr, np.float32))
+        st = torch.stft(y, n_fft_stft, tf.HOP_LENGTH, window=torch.hann_window(n_fft_stft), center=True,
+                        pad_mode="reflect", return_complex=True)
+        fb = librosa.filters.mel(sr=tf.SAMPLE_RATE, n_fft=n_fft_filters, n_mels=tf.N_MELS, norm="slaney")
+        bins = n_fft_stft // 2 + 1
+        fb = np.pad(fb, ((0, 0), (0, max(0, bins - fb.shape[1]))))[:, :bins]
+        lg = torch.clamp(torch.from_numpy(fb.astype(np.float32)) @ st.abs().pow(2), min=1e-10).log10()
+        return (torch.maximum(lg, lg.max() - tf.DYNAMIC_RANGE) + 4.0) / 4.0
+    return port
+
+
+@pytest.mark.parametrize("name, candidate", [
+    ("cast_to_int", lambda w, s: tf.candidate_features(w, s).to(torch.int64)),
+    ("rounded_to_int", lambda w, s: tf.candidate_features(w, s).round().to(torch.int64)),
+    ("n_fft_512", _stft_port(512, 512)),
+    ("n_fft_512_filters_400", _stft_port(512, 400)),
+])
+def test_faults_no_hypothesis_reproduces_are_a_mismatch(name, candidate):
+    """Peaks that move along one mel scale (quantised features, another STFT size) are not a
+    filter-centre fault, and a candidate constant off the floors is not a log scale."""
+    f = _one(_spec(candidate))
+    assert f.code == "features.mismatch", (name, f.message)
+    tried = f.evidence["hypotheses_tried"]
+    assert "filter_centres: chirp peaks of" in tried
+    if name in ("rounded_to_int", "n_fft_512_filters_400"):  # the peaks move, along one scale
+        assert "but both follow the slaney mel scale" in tried
+
+
 def test_unexplained_difference_is_a_mismatch_naming_bin_and_frame():
     def noisy(w, s):
         out = tf.candidate_features(w, s).numpy().copy()
@@ -223,3 +256,39 @@ def test_real_whisper_feature_extractor_pair(variant, code):
     assert f.code == code
     if variant is None:
         assert f.evidence["max_abs_err"] < 1e-5 and f.evidence["reference_frames"] == 314
+
+
+@pytest.mark.parametrize("ret, line", [
+    (None, "candidate_features(waveform, sample_rate) returned None: expected (n_mels, frames)"),
+    ("mel", "candidate_features(waveform, sample_rate) returned a str: expected (n_mels, frames)"),
+    (np.float32(1.0), "candidate_features(waveform, sample_rate) returned features of shape (): expected"),
+    (np.zeros(10), "candidate_features(waveform, sample_rate) returned features of shape (10,): expected"),
+])
+def test_bad_feature_output_names_the_function(ret, line):
+    """The exit-2 line names the spec function to fix, also for None (no 'features of shape ()')."""
+    from porting_kit.errors import InputError
+
+    spec = _spec(lambda w, s: ret)
+    with pytest.raises(InputError) as e:
+        run_check(spec, only="features")
+    assert str(e.value).startswith(f"features_spec: {line}") and "\n" not in str(e.value)
+
+
+def test_bad_reference_feature_output_names_reference_features():
+    from porting_kit.errors import InputError
+
+    m = types.SimpleNamespace(reference_features=lambda w, s: None, candidate_features=tf.candidate_features)
+    with pytest.raises(InputError, match=r"reference_features\(waveform, sample_rate\) returned None"):
+        run_check(Spec(module=m, name="feat"), only="features")
+
+
+def test_spec_with_only_reference_features_names_candidate_features(tmp_path):
+    from porting_kit.errors import InputError
+
+    p = tmp_path / "half.py"
+    p.write_text("def reference_features(waveform, sample_rate):\n    return None\n")
+    with pytest.raises(InputError, match=r"features spec lacks candidate_features\(waveform, sample_rate\)"):
+        load_spec(p)
+    p.write_text("def candidate_features(waveform, sample_rate):\n    return None\n")
+    with pytest.raises(InputError, match=r"features spec lacks reference_features\(waveform, sample_rate\)"):
+        load_spec(p)

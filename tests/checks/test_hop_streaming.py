@@ -239,3 +239,99 @@ def test_lookahead_on_a_decoder_that_trims_d_samples():
     # causal: the kept lookahead samples are the next ones of the full decode; the stream repeats
     # them, from the end of chunk 0's lookahead on
     assert f.evidence["first_mismatch_sample"] == 5 * HOP - D + LA * HOP
+
+
+# --------------------------------------------------------------------------- a stream cut short at the end
+
+
+def test_stream_cut_short_at_the_end_is_a_length_fault_not_a_seam():
+    """The last chunk trimmed by 7 samples (40 frames, 7 seams: 1 per seam by coincidence)."""
+    full, _ = toy_decode(CODES)
+
+    def short(c, k, ctx):
+        y, sr = stream_decode(toy_decode, c, k, ctx, HOP)
+        return y[:, :-7], sr
+
+    (f,) = check_stream(_spec(short), CODES, HOP, full, trim_d=D)
+    n = 40 * HOP - D
+    assert f.code == "hop.length_mismatch" and f.evidence["streamed"] is True
+    assert f.evidence["stream_samples"] == n - 7 and f.evidence["full_decode_samples"] == n
+    assert f.evidence["difference_samples"] == -7 and f.where.samples == [n - 7, n]
+    assert "seam" not in f.message and f"samples {n - 7}-{n} of the full decode are missing" in f.message
+
+
+def test_stream_padded_at_the_end_is_a_length_fault():
+    full, _ = toy_decode(CODES)
+
+    def padded(c, k, ctx):
+        y, sr = stream_decode(toy_decode, c, k, ctx, HOP)
+        return np.concatenate([y, np.zeros((1, 5), y.dtype)], axis=1), sr
+
+    (f,) = check_stream(_spec(padded), CODES, HOP, full, trim_d=D)
+    assert f.code == "hop.length_mismatch" and f.evidence["difference_samples"] == 5
+    assert "padded: 5 samples past" in f.message
+
+
+def test_stream_that_cannot_stream_is_not_claimed_checked():
+    """decode_candidate_stream returning None: the hop.ok evidence says streaming_checked False."""
+    from types import SimpleNamespace
+
+    from porting_kit.checks.hop import _streaming
+
+    full, _ = toy_decode(CODES)
+    pair = SimpleNamespace(hop_length=HOP, codes=CODES, candidate=full, dtype_explains=False)
+    m = {"reference_samples": int(full.shape[-1])}
+    ev = {}
+    assert _streaming(_spec(lambda c, k, ctx: None), pair, m, ev) == [] and ev == {"streaming_checked": False}
+    ev = {}
+    good = _spec(lambda c, k, ctx: stream_decode(toy_decode, c, k, ctx, HOP))
+    assert _streaming(good, pair, m, ev) == [] and ev == {"streaming_checked": True}
+
+
+# --------------------------------------------------------------------------- what the stream functions return
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("ret, line", [
+    ("oops", "decode_candidate_stream_batch returned a str, not a list of waveforms (one per request "
+             "of the batch of 3)"),
+    (3.0, "decode_candidate_stream_batch returned a float, not a list of waveforms"),
+    ({"a": 1}, "decode_candidate_stream_batch returned a dict, not a list of waveforms"),
+    (["a", "b", "c"], "decode_candidate_stream_batch's waveform for request 0 is a str, not a waveform"),
+    ([1.0, 2.0, 3.0], "decode_candidate_stream_batch's waveform for request 0 is a float, not a waveform"),
+])
+def test_batch_stream_that_returns_no_waveforms_is_one_input_error(ret, line):
+    with pytest.raises(InputError) as e:
+        check_stream_batch(_la_spec(None, batch=lambda c, n, k, ctx, la: ret), CODES, HOP, 0)
+    assert str(e.value).startswith(line) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("ret, line", [
+    ("oops", "decode_candidate_stream returned a str, not (waveform, sample_rate)"),
+    (np.zeros(317), "decode_candidate_stream returned a ndarray, not (waveform, sample_rate)"),
+    (("oops", 16000), "decode_candidate_stream's waveform is a str, not a waveform"),
+    ((np.zeros((1, 2, 3, 4)), 16000), "decode_candidate_stream's waveform is not a waveform of shape"),
+])
+def test_stream_that_returns_no_waveform_is_one_input_error(ret, line):
+    full, _ = toy_decode(CODES)
+    with pytest.raises(InputError) as e:
+        check_stream(_spec(lambda c, k, ctx: ret), CODES, HOP, full, trim_d=D)
+    assert str(e.value).startswith(line) and "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_batch_stream_returning_a_str_is_exit_2_with_one_line(tmp_path, capsys):
+    """End to end through the CLI on the audio-only toy codec spec."""
+    from pathlib import Path
+
+    from porting_kit.cli import main
+
+    toy = Path(__file__).resolve().parents[1] / "specs"
+    p = tmp_path / "stream_str.py"
+    p.write_text(f"import sys\nsys.path.insert(0, {str(toy)!r})\nfrom toy_codec import *  # noqa\n\n"
+                 "def decode_candidate_stream_batch(codes, lengths, chunk, context, lookahead):\n"
+                 "    return 'oops'\n")
+    assert main(["check", str(p), "--only", "hop"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "decode_candidate_stream_batch returned a str, not a list of waveforms" in err[0]

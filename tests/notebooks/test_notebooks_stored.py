@@ -40,3 +40,13 @@ def test_no_assert_on_the_users_port(path):
     src = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
                   if c["cell_type"] == "code")
     assert "assert " not in src
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_cell_has_a_unique_id(path):
+    """nbformat 4.5 cells carry an ``id`` (else nbformat warns MissingIDFieldWarning on every read)."""
+    nb = json.loads(path.read_text())
+    assert (nb["nbformat"], nb["nbformat_minor"]) >= (4, 5)
+    ids = [c.get("id") for c in nb["cells"]]
+    assert None not in ids, f"{path.name}: cells {[i for i, x in enumerate(ids) if x is None]} lack an id"
+    assert len(set(ids)) == len(ids)

@@ -8,7 +8,7 @@ from porting_kit.scaffold import validate
 
 
 def test_gpu_tier_skips_with_the_reason_without_cuda(monkeypatch):
-    monkeypatch.setattr(validate, "_cuda_missing", lambda: "no CUDA device (test)")
+    monkeypatch.setattr(validate, "cuda_missing", lambda: "no CUDA device (test)")
     (f,) = validate.gpu_tier(None, None)
     assert (f.code, f.status) == ("gpu.skipped", "skip")
     assert f.message == "GPU tier skipped: no CUDA device (test)."
@@ -31,7 +31,7 @@ def test_gpu_tier_names_the_codes_of_a_failing_step(monkeypatch):
         fam = only.split(",")[0]
         return Report(command="check", findings=[Finding(fam, f"{fam}.ok", "pass", "")])
 
-    monkeypatch.setattr(validate, "_cuda_missing", lambda: None)
+    monkeypatch.setattr(validate, "cuda_missing", lambda: None)
     monkeypatch.setattr(runner, "run_check", fake_run_check)
     (f,) = validate.gpu_tier(None, None)
     assert (f.code, f.status) == ("gpu.serving_dtype_failed", "fail")

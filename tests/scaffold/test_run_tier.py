@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from scaffold_helpers import SHAPES, make_scaffold
 
+from porting_kit.scaffold.examples import example_config
 from porting_kit.scaffold.generate import ScaffoldOptions, scaffold
 from porting_kit.scaffold.validate import load_manifests, run_tier
 
@@ -23,13 +24,7 @@ TALKER = f"{MODELS}/modeling_my_tts.py"
 CODEC = f"{MODELS}/my_tts_code2wav.py"
 PROC = "vllm_omni/model_executor/stage_input_processors/my_tts.py"
 #: An independent TTS config: other sizes, vocabulary, stop ids, codebooks, hop, rate.
-OTHER = {
-    "architectures": ["OtherSpeechForConditionalGeneration"], "model_type": "other_speech",
-    "vocab_size": 1031, "hidden_size": 768, "num_hidden_layers": 12, "intermediate_size": 2048,
-    "num_attention_heads": 12, "max_position_embeddings": 2048, "rope_theta": 500000.0,
-    "codec_eos_token_id": 1027, "eos_token_id": 1028,
-    "audio_tokenizer_config": {"sample_rate": 16000, "hop_length": 320, "n_q": 4},
-}
+OTHER = example_config("other_speech")
 
 
 def _run(root: Path) -> list:

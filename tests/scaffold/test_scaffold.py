@@ -308,3 +308,20 @@ def test_missing_facts_and_rope_scaling_are_reported(tmp_path):
     result = scaffold(ScaffoldOptions("vllm-omni", "two-stage", "my_tts", cfg, out=tmp_path / "o"))
     notes = " ".join(result.notes)
     assert "sample_rate not found" in notes and "num_codebooks not found" in notes and "yarn" in notes
+
+
+def test_example_configs_scaffold_with_their_own_values(tmp_path):
+    """porting_kit.scaffold.examples: each example config scaffolds; its hop reaches the model file."""
+    from porting_kit.scaffold.examples import EXAMPLE_CONFIGS, example_config, write_example_config
+    from porting_kit.scaffold.generate import ScaffoldOptions, scaffold
+
+    assert set(EXAMPLE_CONFIGS) == {"my_tts", "other_speech"}
+    cfg = example_config("my_tts")
+    cfg["vocab_size"] = 1
+    assert EXAMPLE_CONFIGS["my_tts"]["vocab_size"] == 4096  # a copy
+    for name, hop in (("my_tts", 480), ("other_speech", 320)):
+        out = tmp_path / name
+        scaffold(ScaffoldOptions(framework="vllm-omni", shape="single-stage-ar", model_type=name,
+                                 config=write_example_config(name, tmp_path / f"{name}.json"), out=out))
+        model = out / f"vllm_omni/model_executor/models/{name}/modeling_{name}.py"
+        assert f"HOP_LENGTH = {hop}" in model.read_text()
