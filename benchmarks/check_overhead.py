@@ -386,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"own_decode_all_s={[round(x, 4) for x in d['own_decode_all_s']]} "
               f"decode_check_all_s={[round(x, 4) for x in d['decode_check_all_s']]} codes={d['decode_codes']}")
         print(f"decode_overhead_ratio={d['decode_check_s'] / d['own_decode_s']:.3f}")
+        paired = statistics.median(c / o for c, o in zip(d["decode_check_all_s"], d["own_decode_all_s"]))
+        print(f"decode_overhead_ratio_paired={paired:.3f}")
         return 0
     if args.memory_only:
         t = None
@@ -416,6 +418,9 @@ def print_time(args, t: dict) -> None:
           f"({t['clean_worst_module']}) failing_located={t['failing_located']}")
     print(f"check_parts_s={t['check_parts_s']}")
     print(f"overhead_ratio={ratio:.3f}")
+    paired = statistics.median(c / f for c, f in zip(t["check_all_s"], t["two_forwards_all_s"]))
+    print(f"overhead_ratio_paired={paired:.3f}  (median over repeats of check / the forwards just before it: "
+          "robust to the machine drifting between repeats)")
     if ratio < 1.0:
         print("WARNING: overhead_ratio < 1.0: the check includes both forwards, so this is noise "
               "or contention; rerun with more --repeats / fewer other processes")

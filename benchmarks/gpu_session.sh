@@ -42,17 +42,8 @@ nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name(0))" > "$OUT/env.txt" 2>&1
 
 
-step pytest_gpu 120 python3 -m pytest -q -m gpu -p no:cacheprovider -ra
-# one torch thread per xdist worker: 15 workers x 16 threads each oversubscribe the cores ~15x
-# (the session-22 run finished 846 of 1058 tests in 400 s that way)
-(export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
- step pytest_all "${SUITE_S:-240}" python3 -m pytest -p no:cacheprovider -rfEs -v \
-  -n "${XDIST:-8}" --durations 25 --junitxml "$OUT/pytest_all.xml")
-# the summary line only (the whole log stays in pytest_all.log)
-[ -f "$OUT/pytest_all.log" ] && tail -n 1 "$OUT/pytest_all.log" | sed 's/^/pytest_all: /' | tee -a "$SUMMARY"
-
 # the timing figures first, while nothing else runs on the machine
-OV="--shape qwen3-0.6b --device cuda --dtype bfloat16 --repeats 5"
+OV="--shape qwen3-0.6b --device cuda --dtype bfloat16 --repeats ${REPEATS:-5}"
 step profile_l7 90 python3 benchmarks/prefill_profile.py --shape qwen3-0.6b --layers 7 --device cuda \
   --dtype bfloat16 --top 25
 step decode_l7 90 python3 benchmarks/check_overhead.py $OV --layers 7 --decode-steps 16
@@ -64,6 +55,16 @@ step overhead_l28_families 150 python3 benchmarks/check_overhead.py $OV --layers
   --families parity,rope,norm,config,dtype
 # last: four cold child processes (7 and 28 layers, forwards and check)
 step overhead_memory 150 python3 benchmarks/check_overhead.py $OV --layers 7 --deep-layers 28 --memory-only
+
+step pytest_gpu 120 python3 -m pytest -q -m gpu -p no:cacheprovider -ra
+# one torch thread per xdist worker: 15 workers x 16 threads each oversubscribe the cores ~15x
+# (the session-22 run finished 846 of 1058 tests in 400 s that way)
+(export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+ step pytest_all "${SUITE_S:-240}" python3 -m pytest -p no:cacheprovider -rfEs -v \
+  -n "${XDIST:-8}" --durations 25 --junitxml "$OUT/pytest_all.xml")
+# the summary line only (the whole log stays in pytest_all.log)
+[ -f "$OUT/pytest_all.log" ] && tail -n 1 "$OUT/pytest_all.log" | sed 's/^/pytest_all: /' | tee -a "$SUMMARY"
+
 
 
 for dt in bfloat16 float16; do
@@ -106,7 +107,7 @@ step dtype_matrix 60 python3 benchmarks/dtype_matrix.py --device cuda --seeds 2 
 
 {
   echo "--- figures"
-  for f in "$OUT"/overhead_*.log; do echo "  $(basename "$f" .log): $(grep -h '^overhead_ratio=\|^depth_memory_ratio=\|^check_parts_s=' "$f" | tr '\n' ' ')"; done
+  for f in "$OUT"/overhead_*.log; do echo "  $(basename "$f" .log): $(grep -h '^overhead_ratio\|^decode_overhead_ratio\|^depth_memory_ratio=\|^check_parts_s=' "$f" | tr '\n' ' ')"; done
   for f in "$OUT"/check_*.json; do
     python3 - "$f" <<'PY'
 import json, sys

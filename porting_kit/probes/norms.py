@@ -374,8 +374,8 @@ def same_function_key(module, dim: int) -> tuple | None:
         if not isinstance(v, plain) and not (isinstance(v, tuple) and all(isinstance(x, plain) for x in v)):
             return None
         attrs.append((k, v))
-    state = tuple((n, tuple(t.shape), str(t.dtype), str(t.device))
-                  for n, t in [*module.named_parameters(), *module.named_buffers()])
+    state = tuple((n, tuple(t.shape), str(t.dtype), str(t.device))  # a leaf: its own tensors
+                  for n, t in (*module._parameters.items(), *module._buffers.items()) if t is not None)
     return (type(module), dim, tuple(attrs), state)
 
 
@@ -399,41 +399,58 @@ def same_state(a, b) -> bool:
     return len(ta) == len(tb) and all(torch.equal(x, y) for x, y in zip(ta, tb))
 
 
+def _own_tensors(module) -> list[Any]:
+    """The module's own parameters then buffers (not its children's), in registration order."""
+    return [t for t in (*module._parameters.values(), *module._buffers.values()) if t is not None]
+
+
 def states_equal(pairs: list[tuple[Any, Any]]) -> list[bool]:
-    """For each ``(a, b)`` pair of modules, whether their parameters and buffers, taken in
-    order, are equal element for element (:func:`same_state` for many pairs at once).
+    """For each ``(a, b)`` pair of leaf modules, whether their parameters and buffers, taken
+    in order, are equal element for element (:func:`same_state` for many pairs at once).
 
     Parameters
     ----------
     pairs : list of (torch.nn.Module, torch.nn.Module)
+        Modules without children (norms); their own ``_parameters`` / ``_buffers`` are read.
 
     Returns
     -------
     list of bool
-        False where the counts, shapes, dtypes or devices differ. The comparisons run on the
-        tensors' device and come to the host in one copy (one sync), not one per tensor.
+        False where the counts, shapes, dtypes or devices differ. Pairs whose tensors have
+        the same shapes are compared stacked (one comparison per tensor position for the
+        whole group, not one per pair), and every verdict comes to the host in one copy per
+        device (one sync).
     """
     import torch
 
-    flags: list[Any] = []
-    for a, b in pairs:
-        ta = [t for _, t in [*a.named_parameters(), *a.named_buffers()]]
-        tb = [t for _, t in [*b.named_parameters(), *b.named_buffers()]]
-        if len(ta) != len(tb) or any(x.shape != y.shape or x.dtype != y.dtype or x.device != y.device
-                                     for x, y in zip(ta, tb)):
-            flags.append(False)
-        elif not ta:
-            flags.append(True)
-        else:
-            flags.append(torch.stack([(x == y).all() for x, y in zip(ta, tb)]).all())
-    lazy = [f for f in flags if not isinstance(f, bool)]
-    if lazy:  # one host copy per device
-        by_dev: dict[Any, list[Any]] = {}
-        for f in lazy:
-            by_dev.setdefault(f.device, []).append(f)
-        host = {id(f): v for fs in by_dev.values() for f, v in zip(fs, torch.stack(fs).tolist())}
-        flags = [f if isinstance(f, bool) else bool(host[id(f)]) for f in flags]
-    return flags
+    out: list[Any] = [False] * len(pairs)
+    groups: dict[tuple, list[tuple[int, list[Any], list[Any]]]] = {}
+    for i, (a, b) in enumerate(pairs):
+        ta, tb = _own_tensors(a), _own_tensors(b)
+        sig = tuple((tuple(x.shape), x.dtype, x.device) for x in ta)
+        if len(ta) != len(tb) or sig != tuple((tuple(y.shape), y.dtype, y.device) for y in tb):
+            continue
+        if not ta:
+            out[i] = True
+            continue
+        groups.setdefault(sig, []).append((i, ta, tb))
+    lazy: dict[Any, list[tuple[list[int], Any]]] = {}  # device -> (indices, verdicts on device)
+    for sig, items in groups.items():
+        verdict = None
+        for j in range(len(sig)):
+            ref = torch.stack([ta[j] for _, ta, _ in items]).flatten(1)
+            cand = torch.stack([tb[j] for _, _, tb in items]).flatten(1)
+            eq = (ref == cand).all(1)
+            verdict = eq if verdict is None else verdict & eq
+        lazy.setdefault(verdict.device, []).append(([i for i, _, _ in items], verdict))
+    for parts in lazy.values():
+        host = torch.cat([v for _, v in parts]).tolist()
+        k = 0
+        for idx, _ in parts:
+            for i in idx:
+                out[i] = bool(host[k])
+                k += 1
+    return out
 
 
 def _ls_fit(n, y):
