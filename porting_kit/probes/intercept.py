@@ -1,4 +1,4 @@
-"""What runs during one forward: the module stack and chosen torch calls, at the least cost.
+"""What runs during one forward: the running module and chosen torch calls, at the least cost.
 
 The probes that watch a forward from inside (:func:`porting_kit.probes.rotary.capture_qk`,
 :func:`porting_kit.probes.norms.capture_functional_norms`, and the parity pass's prefill
@@ -10,9 +10,12 @@ facts, :mod:`porting_kit.probes.prefill`, which need both at once) share two ins
   modules), and running them on every module call, cost more than the forward of a small
   model on a GPU.
 * :func:`tap_ops`: one :class:`torch.overrides.TorchFunctionMode` that hands the torch
-  functions a probe asked for to its handlers and runs every other call straight on. Each
+  functions a probe asked for to its handlers and runs every other call straight on. An
   active mode adds a Python call to every torch function of the forward (about 4 us on a
-  CPU core); two probes share one mode instead of stacking two.
+  CPU core), so probes share one mode, and it leaves the mode stack as soon as its
+  recorders are done (rope's q/k: after layer 0's attention). Probes that must see the
+  whole forward (functional norms) use wrappers on the few functions they watch instead
+  (:class:`porting_kit.probes.norms.FunctionalNormRecorder`).
 
 Facts only: handlers record what they see; no verdict is made here.
 """
