@@ -23,7 +23,8 @@ Codes
 ``cudagraph.ok``
     Every step's replayed output equals eager (``torch.equal`` or within 1e-5).
 
-``skip``: the spec has no ``decode_step()``; CUDA not available; ``--device`` is not CUDA.
+``skip``: the spec has no ``decode_step()``; no CUDA device (:func:`porting_kit.devices.cuda_missing`
+says why); ``--device`` is not CUDA.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ def run(ctx) -> list[Finding]:
     if not callable(ctx.spec.get("decode_step")):
         return [skip(P, "the spec defines no decode_step() (the port's AR decode step and its "
                         "CUDA-graph runner)")]
-    import torch
+    from porting_kit.devices import cuda_missing
 
-    if not torch.cuda.is_available():
-        return [skip(P, "CUDA not available")]
+    missing = cuda_missing()
+    if missing is not None:
+        return [skip(P, f"CUDA graphs need a CUDA device: {missing}")]
     if not str(ctx.device).startswith("cuda"):
         return [skip(P, f"CUDA graphs run with --device cuda (this run: --device {ctx.device})")]
     from porting_kit.probes.cudagraph import measure

@@ -10,7 +10,8 @@ from porting_kit.runner import run_check
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU skip path")
 def test_cpu_skips_with_reason():
     (f,) = run_check(example="generator", only="cudagraph").findings
-    assert (f.code, f.status, f.message) == ("cudagraph.skipped", "skip", "CUDA not available")
+    assert (f.code, f.status) == ("cudagraph.skipped", "skip")
+    assert f.message.startswith("CUDA graphs need a CUDA device: no CUDA device here (torch ")
 
 
 def test_spec_without_decode_step_skips():
