@@ -166,8 +166,13 @@ def run(ctx: CheckContext) -> list[Finding]:
     for f in findings:
         if fd:
             f.evidence["first_divergence"] = f"{fd.get('reference_module')} ~ {fd.get('candidate_module')}"
-    return findings or [ok(P, f"{len(pairs)} norm module pairs compute the same function "
-                              "(kind, weight, eps, bfloat16 error).", {"pairs": len(pairs)})]
+    if findings:
+        return findings
+    what = (f"{len(pairs)} norm module pairs compute the same function (kind, weight, eps, bfloat16 "
+            "error)") if pairs else "No norm module of the candidate pairs with the reference's"
+    if cfun:
+        what += f"; the candidate's {len(cfun)} functional norm call(s) use the reference's eps"
+    return [ok(P, what + ".", {"pairs": len(pairs), "functional_calls": len(cfun or [])})]
 
 
 def _capture(ctx: CheckContext, pair, ref_sites, cand_sites):

@@ -42,6 +42,10 @@ How it decides (differential, :mod:`porting_kit.probes.rotary` does the measurin
    with the reference's scaling kept); low-precision angles (error growing
    with position). The first that explains the angles within tolerance is
    named with its numbers; when none does, ``rope.unexplained`` shows them.
+   The fitted magnitude is compared with the reference's attention scaling too;
+   an attention scaling multiplies cos and sin, so it scales q and k alike, and
+   the closer of q's and k's factors is taken: a factor on one of them only is
+   the softmax scale folded into q (or k), which the parity pass judges, not RoPE.
 
 Only what the weight map leaves invariant is compared, and never position 0
 alone (the rotation is the identity there): on the clean Meta-vs-HF Llama pair
@@ -459,9 +463,15 @@ def _diagnose(pr: Probe, ref_site: RotarySite, cand_sites, where: Where, ctx: Ch
     n_ref = pr.theta_ref.shape[-1]
     th_q, th_k = fit.fq.theta[:, :n_ref], fit.fk.theta[:, :n_ref]
     e_ref = max(_angle_error(th_q, pr.theta_ref), _angle_error(th_k, pr.theta_ref))
-    scale_c = float(torch.cat([fit.fq.scale.flatten(), fit.fk.scale.flatten()]).mean())
+    # An attention scaling (YaRN's mscale) multiplies cos and sin, so it scales q and k alike; a
+    # factor on one of them only is the softmax scale folded into q (or k) before the product,
+    # not a RoPE matter (the parity pass judges the attention output). So the candidate's
+    # attention scaling is the one of q's and k's factors closer to the reference's.
+    scale_q, scale_k = float(fit.fq.scale.mean()), float(fit.fk.scale.mean())
+    scale_c = min((scale_q, scale_k), key=lambda x: abs(x - pr.scale_ref))
     evidence.update({"angle_error_rad": e_ref, "reference_attention_scaling": pr.scale_ref,
-                     "candidate_attention_scaling": scale_c})
+                     "candidate_attention_scaling": scale_c, "candidate_q_scale": scale_q,
+                     "candidate_k_scale": scale_k})
     series = _error_series(th_q, pr.theta_ref, pr.positions)
     ctx.extras["rope_error_vs_position"] = series
     if e_ref <= tol["angle"] and abs(scale_c - pr.scale_ref) <= 10 * tol["angle"]:

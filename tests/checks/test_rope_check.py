@@ -217,3 +217,28 @@ def test_static_fallback_compares_tables():
     bf16 = default_inv_freq(1e6, 16).to(torch.bfloat16).double()
     assert _static_diagnosis(ref, [_site(bf16, "bfloat16")], Where(), why).code == "rope.low_precision"
     assert _static_diagnosis(ref, [], Where(), why).code == "rope.skipped"
+
+
+@pytest.mark.slow
+def test_softmax_scale_folded_into_q_is_not_a_rope_fault(monkeypatch):
+    """A clean port that multiplies q by 1/sqrt(head_dim) and calls SDPA with scale=1 (a fresh
+    user's false alarm, `rope.unexplained`): a factor on q alone is the softmax scale moved,
+    not an attention scaling (that multiplies cos and sin, so q and k alike)."""
+    import types
+
+    import torch.nn.functional as F
+
+    from porting_kit.embedded import tts_port
+    from porting_kit.runner import run_check
+
+    def prescaled(q, k, v, *args, scale=None, **kwargs):
+        return F.scaled_dot_product_attention(q * scale, k, v, *args, scale=1.0, **kwargs)
+
+    patched = types.SimpleNamespace(**{**vars(F), "scaled_dot_product_attention": prescaled})
+    monkeypatch.setattr(tts_port, "F", patched)
+    rep = run_check(example="tts", only="parity,rope")
+    (rope,) = [f for f in rep.findings if f.check == "rope"]
+    assert rope.code == "rope.ok", rope.message
+    assert rep.status == "pass"
+    # q/k differ by the factor, so the screen fails and the full fit decides
+    assert "angle_error_rad" in rope.evidence and "qk_relative_residual" not in rope.evidence
