@@ -385,18 +385,14 @@ def same_state(a, b) -> bool:
     Parameters
     ----------
     a, b : torch.nn.Module
+        Leaf modules (a :func:`same_function_key` is only given to modules without children).
 
     Returns
     -------
     bool
-        Every parameter and buffer equal element for element (``torch.equal``; one small
-        comparison per tensor, on their device).
+        Every parameter and buffer equal element for element (:func:`states_equal` for one pair).
     """
-    import torch
-
-    ta = [t for _, t in [*a.named_parameters(), *a.named_buffers()]]
-    tb = [t for _, t in [*b.named_parameters(), *b.named_buffers()]]
-    return len(ta) == len(tb) and all(torch.equal(x, y) for x, y in zip(ta, tb))
+    return states_equal([(a, b)])[0]
 
 
 def _own_tensors(module) -> list[Any]:

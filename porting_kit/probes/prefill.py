@@ -107,11 +107,12 @@ def capture_prefill_facts(model, side: str, *, rope: bool, norm: bool,
         return
     facts = PrefillFacts(side)
     walk = list(model.named_modules()) if walk is None else walk
+    names = module_names(model, walk=walk)  # one map for both recorders (the root: "<root>")
     with ExitStack() as stack:
         table: dict = {}  # the TorchFunctionMode's handlers (rope's q/k; it leaves once done)
         if rope:
             facts.rotary_sites = find_rotary(model, walk)
-            qk = QKRecorder(ModuleNamer(module_names(model, root="", walk=walk)), 1)
+            qk = QKRecorder(ModuleNamer(names), 1)
             qk.register(table)
             facts.qk = qk.got
             if side == "reference" and facts.rotary_sites:
@@ -119,8 +120,8 @@ def capture_prefill_facts(model, side: str, *, rope: bool, norm: bool,
         if norm:
             facts.norm_sites = find_norms(model, walk)
             facts.norm_calls = stack.enter_context(capture_norm_calls(model, facts.norm_sites, walk))
-            namer = ModuleNamer(module_names(model, walk=walk), "<root>")
-            facts.functional_norms = stack.enter_context(FunctionalNormRecorder(namer).patched())
+            facts.functional_norms = stack.enter_context(
+                FunctionalNormRecorder(ModuleNamer(names, "<root>")).patched())
         stack.enter_context(tap_ops(table))
         yield facts
 
