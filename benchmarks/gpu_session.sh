@@ -46,6 +46,8 @@ python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch
 OV="--shape qwen3-0.6b --device cuda --dtype bfloat16 --repeats ${REPEATS:-5}"
 step profile_l7 90 python3 benchmarks/prefill_profile.py --shape qwen3-0.6b --layers 7 --device cuda \
   --dtype bfloat16 --top 25
+step parts_l7 90 python3 benchmarks/prefill_profile.py --shape qwen3-0.6b --layers 7 --device cuda \
+  --dtype bfloat16 --parts
 step decode_l7 90 python3 benchmarks/check_overhead.py $OV --layers 7 --decode-steps 16
 step overhead_l7 90 python3 benchmarks/check_overhead.py $OV --layers 7 --no-memory
 step overhead_l28 120 python3 benchmarks/check_overhead.py $OV --layers 28 --no-memory

@@ -6,6 +6,11 @@ seconds, its findings (code and the screen figures in the evidence), and the top
 by cumulative time inside it::
 
     python benchmarks/prefill_profile.py --shape qwen3-0.6b --layers 7 --device cuda --dtype bfloat16
+
+``--parts`` prints, without the profiler (whose own cost distorts Python-bound code), the
+median milliseconds of each side's plain forward, of the same forward under each instrument
+of the parity pass (sketch hooks, the prefill facts, both), of the Python walks that set them
+up, and of each family's ``run(ctx)`` on the loaded pair.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", default="parity,rope,norm,config,dtype")
     p.add_argument("--top", type=int, default=18)
     p.add_argument("--sort", default="cumulative", help="pstats order: cumulative or tottime")
+    p.add_argument("--parts", action="store_true", help="median ms of each instrument and family, no profiler")
+    p.add_argument("--repeats", type=int, default=15)
     args = p.parse_args(argv)
     args.heads = args.kv_heads = args.intermediate = None
     if args.shape:
@@ -55,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx.families = tuple(families)
 
     reset()
+    if args.parts:
+        return parts(args, spec, ctx, pair, families, reset)
     whole = None  # every family's stats, added up
     for fam in families:
         mod = importlib.import_module(f"porting_kit.checks.{FAMILIES[fam]}")
@@ -80,6 +89,78 @@ def main(argv: list[str] | None = None) -> int:
     whole.sort_stats("tottime").print_stats(2 * args.top)
     print("\n".join(line for line in s.getvalue().splitlines()[6:] if line.strip()))
     return 0
+
+
+def parts(args, spec, ctx, pair, families, reset) -> int:
+    """Median ms of each instrument of the parity pass and of each family (``--parts``)."""
+    import statistics
+
+    import torch
+
+    from porting_kit.locate import find_norms, find_rotary
+    from porting_kit.probes.capture import capture_summaries, coarse_names
+    from porting_kit.probes.layers import _run
+    from porting_kit.probes.prefill import capture_prefill_facts
+
+    def ms(fn) -> float:
+        fn()
+        xs = []
+        for _ in range(args.repeats):
+            co._sync(args.device)
+            t0 = time.perf_counter()
+            fn()
+            co._sync(args.device)
+            xs.append(time.perf_counter() - t0)
+        return 1e3 * statistics.median(xs)
+
+    for side, m in (("reference", pair.reference), ("candidate", pair.candidate)):
+        walk = list(m.named_modules())
+        only = coarse_names(m, walk)
+
+        def fwd(sketch: bool, rope: bool, norm: bool) -> None:
+            recs: list = []
+            with capture_summaries(m, recs, only=only, defer=True, modules=dict(walk)) if sketch \
+                    else _nothing() as ps, \
+                    capture_prefill_facts(m, side, rope=rope, norm=norm, walk=walk), torch.no_grad():
+                _run(spec, side, m, pair.inputs)
+            if ps is not None:
+                ps.finish()
+
+        print(f"{side}: {len(walk)} modules, {len(only or ())} hooked by the coarse pass")
+        for name, fn in (("plain forward", lambda: fwd(False, False, False)),
+                         ("+ sketch hooks", lambda: fwd(True, False, False)),
+                         ("+ rope facts", lambda: fwd(False, True, False)),
+                         ("+ norm facts", lambda: fwd(False, False, True)),
+                         ("+ all (the parity pass)", lambda: fwd(True, True, True)),
+                         ("walk named_modules", lambda: list(m.named_modules())),
+                         ("coarse_names", lambda: coarse_names(m, walk)),
+                         ("find_norms", lambda: find_norms(m, walk)),
+                         ("find_rotary", lambda: find_rotary(m, walk))):
+            print(f"  {name:26s} {ms(fn):8.3f} ms")
+    from porting_kit.runner import FAMILIES
+
+    co._check(ctx, families)  # the families read the parity pass's facts
+    for fam in families:
+        mod = importlib.import_module(f"porting_kit.checks.{FAMILIES[fam]}")
+        if fam == "parity":
+            def fn():
+                reset()
+                mod.run(ctx)
+        else:
+            def fn():
+                mod.run(ctx)
+        print(f"  family {fam:19s} {ms(fn):8.3f} ms")
+    return 0
+
+
+class _nothing:
+    """A ``with`` target that does nothing (yields None)."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
 
 
 if __name__ == "__main__":

@@ -263,8 +263,9 @@ def _structure(ref_used, cand_used, rcalls, ccalls) -> list[Finding]:
     out: list[Finding] = []
     hr, hc = _hidden_dim(rcalls), _hidden_dim(ccalls)
     # q/k norms: norms narrower than the block width, called inside blocks
-    rq = [s for s in ref_used if hr and s.dim < hr and _in_block(s, rcalls)]
-    cq = [s for s in cand_used if hc and s.dim < hc and _in_block(s, ccalls)]
+    r_in, c_in = _in_blocks(rcalls), _in_blocks(ccalls)
+    rq = [s for s in ref_used if hr and s.dim < hr and s.name in r_in]
+    cq = [s for s in cand_used if hc and s.dim < hc and s.name in c_in]
     if rq and not cq:
         out.append(_fail("norm.missing_qk_norm",
                          f"The reference normalises q/k per head ({len(rq)} norms of width {rq[0].dim}, "
@@ -295,8 +296,9 @@ def _placement_name(pre: bool) -> str:
     return "pre-norm" if pre else "post-norm"
 
 
-def _in_block(site: NormSite, calls: list[NormCall]) -> bool:
-    return any(c.name == site.name and c.block is not None for c in calls)
+def _in_blocks(calls: list[NormCall]) -> set[str]:
+    """The norms called inside a block at least once."""
+    return {c.name for c in calls if c.block is not None}
 
 
 def _pair(ref_used: list[NormSite], cand_used: list[NormSite]) -> list[_Pair]:

@@ -445,6 +445,18 @@ class MapOutlier:
 
 
 _BLOCK_RE = re.compile(r"^(.*?\.)?(\d+)\.(.+)$")
+_DIGITS = re.compile(r"\d+")
+
+
+def _submodule(model, name: str):
+    """``model.get_submodule(name)`` read from the ``_modules`` dicts (no attribute lookups),
+    or None when there is no such submodule."""
+    mod = model
+    for part in name.split("."):
+        mod = mod._modules.get(part) if hasattr(mod, "_modules") else None
+        if mod is None:
+            return None
+    return mod
 
 
 def weight_map_outliers(weight_map: dict[str, list[str]], candidate) -> list[MapOutlier]:
@@ -477,14 +489,17 @@ def weight_map_outliers(weight_map: dict[str, list[str]], candidate) -> list[Map
     import difflib
 
     groups: dict[tuple[str, str], list[tuple[int, str, str, str]]] = {}
+    block_types: dict[str, str | None] = {}  # block -> class name, looked up once per block
     for cname, rnames in weight_map.items():
         m = _BLOCK_RE.match(cname)
         if len(rnames) != 1 or m is None:
             continue
         block = (m.group(1) or "") + m.group(2)
-        try:
-            btype = type(candidate.get_submodule(block)).__name__
-        except AttributeError:
+        if block not in block_types:
+            mod = _submodule(candidate, block)
+            block_types[block] = None if mod is None else type(mod).__name__
+        btype = block_types[block]
+        if btype is None:
             continue
         key = (btype, (m.group(1) or "") + "#." + m.group(3))
         groups.setdefault(key, []).append((int(m.group(2)), block, cname, rnames[0]))
@@ -494,7 +509,7 @@ def weight_map_outliers(weight_map: dict[str, list[str]], candidate) -> list[Map
             continue
         shapes: dict[str, list] = {}
         for mem in members:
-            shapes.setdefault(re.sub(r"\d+", "#", mem[3]), []).append(mem)
+            shapes.setdefault(_DIGITS.sub("#", mem[3]), []).append(mem)
         if len(shapes) < 2:
             continue
 

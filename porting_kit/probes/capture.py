@@ -21,9 +21,10 @@ when the pass ends: no host sync per module, no small allocations scattered
 between the activations, and the check's extra memory is that buffer plus one
 product's transient ``(8, d)``, whatever the depth. Full tensors are
 captured only on demand (:func:`capture_full`) for the few modules around a
-divergence. In bf16/fp16 the first product runs in the tensor's dtype (fp32
-accumulation, result rounded to ~0.4 %), far below the low-precision
-tolerances; the second runs in fp32.
+divergence. In bf16/fp16 the first product reads the tensor in its dtype with
+fp32 accumulation; on CUDA its result is float32 (``out_dtype``), elsewhere it
+is rounded to the tensor's dtype (~0.4 %, far below the low-precision
+tolerances) and cast; the second runs in fp32.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class _Sketcher:
         """
         import torch
 
-        x = t.detach()
+        x = t.detach() if t.requires_grad else t  # hooks run under no_grad: usually not
         if x.is_complex():
             x = torch.view_as_real(x).flatten(-2)
         if x.dim() != 2:
@@ -151,7 +152,7 @@ class _Sketcher:
         self.n += 1
         if x.numel():
             dev, dt = x.device, x.dtype
-            sx = torch.mm(self._mat("S", x.shape[0], dev, dt), x)  # (8, d), fp32 accumulation
+            sx = _mm_float32(self._mat("S", x.shape[0], dev, dt), x)  # (8, d) in float32
             if col_perm is not None and col_perm.numel() == x.shape[1]:
                 r = self._perm_cache.get(name)
                 if r is None:
@@ -159,13 +160,40 @@ class _Sketcher:
                     self._perm_cache[name] = r
             else:
                 r = self._mat("R", x.shape[1], dev, torch.float32)
-            if sx.dtype != torch.float32:  # one bf16/fp16 rounding, far below their tolerances
-                sx = sx.float()
             torch.mm(sx, r, out=self.buf[slot])
         else:
             self.buf[slot].zero_()  # an empty tensor: a zero sketch, equal on both sides
-        return Summary(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
-                       numel=t.numel(), slot=slot)
+        dtype = _DTYPE_NAMES.get(t.dtype)
+        if dtype is None:
+            dtype = _DTYPE_NAMES[t.dtype] = str(t.dtype).replace("torch.", "")
+        return Summary(shape=tuple(t.shape), dtype=dtype, numel=t.numel(), slot=slot)
+
+
+_DTYPE_NAMES: dict[Any, str] = {}  # torch.bfloat16 -> "bfloat16"
+#: (device type, dtype) -> whether ``torch.mm(..., out_dtype=torch.float32)`` runs there
+_MM_OUT_DTYPE: dict[tuple[str, Any], bool] = {}
+
+
+def _mm_float32(a, b):
+    """``a @ b`` [shape=(n, m) @ (m, k)] as float32: for bfloat16/float16 on CUDA one matrix
+    product with a float32 result (``out_dtype``, where this torch build has it: no rounding to the input
+    dtype, no cast); elsewhere the product (fp32 accumulation) then a cast."""
+    import torch
+
+    if b.dtype == torch.float32:
+        return torch.mm(a, b)
+    key = (b.device.type, b.dtype)
+    ok = _MM_OUT_DTYPE.get(key)
+    if ok is None and key[0] == "cuda" and b.dtype in (torch.bfloat16, torch.float16):
+        try:
+            torch.mm(a[:1, :1], b[:1, :1], out_dtype=torch.float32)
+            ok = True
+        except (TypeError, RuntimeError, NotImplementedError):
+            ok = False
+        _MM_OUT_DTYPE[key] = ok
+    if ok:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return torch.mm(a, b).float()
 
 
 def _first_input(args: tuple, kwargs: dict) -> Any:
@@ -207,7 +235,9 @@ def coarse_names(model, walk=None) -> set[str] | None:
     """
     import torch
 
-    walk = list(model.named_modules()) if walk is None else walk  # Python-bound: ~2 us a module
+    if walk is None:
+        got = coarse_walk(model)
+        return None if got is None else {n for n, _ in got}
     blocks: list[str] = []
     for name, m in walk:
         if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(m) >= 2:
@@ -218,6 +248,49 @@ def coarse_names(model, walk=None) -> set[str] | None:
         return None
     inside = tuple(b + "." for b in blocks)
     return {n for n, _ in walk if not n.startswith(inside)}
+
+
+def coarse_walk(model) -> list[tuple[str, Any]] | None:
+    """The modules :func:`coarse_names` keeps, found without entering the repeated blocks.
+
+    The same set as ``coarse_names(model)``, walked in ``named_modules()`` order (pre-order,
+    a module reached twice kept at its first name) but never below a repeated block: on a
+    model whose modules sit mostly inside its blocks (decoder layers, codec stages) this
+    visits a fraction of them (each visit is Python-bound, ~1-2 us).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+
+    Returns
+    -------
+    list of (str, torch.nn.Module) or None
+        ``(name, module)`` pairs (``""`` is the root); None when the model has no stack
+        of blocks (as :func:`coarse_names`).
+    """
+    import torch
+
+    stacks = (torch.nn.ModuleList, torch.nn.Sequential)
+    out: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+    found = False
+    todo: list[tuple[str, Any, bool]] = [("", model, False)]  # (name, module, is a block)
+    while todo:
+        name, mod, is_block = todo.pop()
+        if id(mod) in seen:
+            continue
+        seen.add(id(mod))
+        out.append((name, mod))
+        if is_block:
+            continue  # kept, its insides are not
+        repeated = isinstance(mod, stacks) and len(mod) >= 2
+        prefix = f"{name}." if name else ""
+        for child_name, child in reversed(mod._modules.items()):
+            if child is not None:
+                block = repeated and bool(child._modules)
+                found = found or block
+                todo.append((prefix + child_name, child, block))
+    return out if found else None
 
 
 def subtree_names(model, root: str) -> set[str]:

@@ -48,7 +48,7 @@ from porting_kit.probes.capture import (
     Record,
     capture_full,
     capture_summaries,
-    coarse_names,
+    coarse_walk,
     estimate_errors,
     subtree_names,
 )
@@ -509,24 +509,30 @@ def get_result(ctx) -> ParityResult:
     tol = tolerance_for(ref_param.dtype if ref_param is not None else "float32", spec.get("tolerances"))
     timing: dict[str, float] = {}
 
-    # Pass 1 hooks the modules outside repeated blocks plus one hook per block (coarse_names);
-    # only when a block differs does a second, fine pass hook everything inside it.
-    # one walk of each model serves every probe of this pass (each walk is Python-bound)
-    walk_r, walk_c = list(pair.reference.named_modules()), list(pair.candidate.named_modules())
-    coarse_r, coarse_c = coarse_names(pair.reference, walk_r), coarse_names(pair.candidate, walk_c)
-    if coarse_r is None or coarse_c is None:
-        coarse_r = coarse_c = None
+    # Pass 1 hooks the modules outside repeated blocks plus one hook per block (coarse_walk,
+    # which never enters the blocks); only when a block differs does a second, fine pass hook
+    # everything inside it.
+    cw_r, cw_c = coarse_walk(pair.reference), coarse_walk(pair.candidate)
+    coarse_r = coarse_c = None
+    if cw_r is not None and cw_c is not None:
+        coarse_r, coarse_c = {n for n, _ in cw_r}, {n for n, _ in cw_c}
     # No host sync between the two passes: on a GPU the candidate's kernels queue while the
     # reference's still run; both sketch buffers come to the host once both are queued.
     import torch
 
     # The prefill families' facts (rope's q/k and cos/sin, norm's calls) come from this same
     # forward when the run includes them (ctx.families): they run no forward of their own.
+    # They look at every module: one full walk of each model serves all their probes (each
+    # walk is Python-bound), none is made without them.
     want_rope, want_norm = wanted(getattr(ctx, "families", ()))
+    walk_r = walk_c = None
+    if want_rope or want_norm:
+        walk_r, walk_c = list(pair.reference.named_modules()), list(pair.candidate.named_modules())
     ctx.progress("parity: reference forward")
     t0 = time.perf_counter()
     rrec: list[Record] = []
-    with capture_summaries(pair.reference, rrec, only=coarse_r, defer=True, modules=dict(walk_r)) as pass_r, \
+    with capture_summaries(pair.reference, rrec, only=coarse_r, defer=True,
+                           modules=dict(cw_r or ())) as pass_r, \
             capture_prefill_facts(pair.reference, "reference", rope=want_rope, norm=want_norm,
                                   walk=walk_r) as facts_r, \
             torch.no_grad():
@@ -536,7 +542,7 @@ def get_result(ctx) -> ParityResult:
     t0 = time.perf_counter()
     crec: list[Record] = []
     with capture_summaries(pair.candidate, crec, output_permutation=pair.weights.output_permutation,
-                           only=coarse_c, defer=True, modules=dict(walk_c)) as pass_c, \
+                           only=coarse_c, defer=True, modules=dict(cw_c or ())) as pass_c, \
             capture_prefill_facts(pair.candidate, "candidate", rope=want_rope, norm=want_norm,
                                   walk=walk_c) as facts_c, \
             torch.no_grad():

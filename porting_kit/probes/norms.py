@@ -279,6 +279,42 @@ def _module_dtype(module):
     return (p.dtype, p.device) if p is not None else (torch.float32, torch.device("cpu"))
 
 
+def cast_copy(module, dtype, device=None):
+    """A copy of ``module`` with its floating parameters and buffers in ``dtype`` (the model
+    is not touched): ``copy.deepcopy(module).to(dtype=dtype, device=device)``.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+    dtype : torch.dtype
+    device : torch.device or str, optional
+        Default: where each tensor is.
+
+    Returns
+    -------
+    torch.nn.Module
+        For a leaf module (a norm: no children, no hooks), a shallow copy whose own tensor
+        dicts hold cast copies (a deep copy of every attribute costs more than the module's
+        call on a few rows); otherwise the deep copy.
+    """
+    import torch
+
+    if module._modules or module._forward_hooks or module._forward_pre_hooks:
+        return copy.deepcopy(module).to(dtype=dtype, device=device)
+
+    def cast(t):
+        if t is None:
+            return None
+        got = t.detach().to(device=device, dtype=dtype if t.is_floating_point() else t.dtype, copy=True)
+        return torch.nn.Parameter(got, requires_grad=False) if isinstance(t, torch.nn.Parameter) else got
+
+    out = copy.copy(module)
+    out.__dict__ = {**module.__dict__,
+                    "_parameters": {k: cast(v) for k, v in module._parameters.items()},
+                    "_buffers": {k: cast(v) for k, v in module._buffers.items()}}
+    return out
+
+
 def _pair_outputs(ref, cand, x):
     """``(native (y_ref, y_cand), bfloat16 (y_ref, y_cand), dtype name)`` on ``x``."""
     import torch
@@ -287,8 +323,7 @@ def _pair_outputs(ref, cand, x):
         native = (_call(ref, x), _call(cand, x))
         if x.dtype == torch.bfloat16:
             return native, native
-        r16 = copy.deepcopy(ref).to(dtype=torch.bfloat16)
-        c16 = copy.deepcopy(cand).to(dtype=torch.bfloat16)
+        r16, c16 = cast_copy(ref, torch.bfloat16), cast_copy(cand, torch.bfloat16)
         x16 = x.to(torch.bfloat16)
         return native, (_call(r16, x16), _call(c16, x16))
 
@@ -367,16 +402,19 @@ def same_function_key(module, dim: int) -> tuple | None:
     if module._modules:
         return None
     attrs = []
-    for k, v in sorted(vars(module).items()):
-        if k.startswith("_") or k == "training":
+    for k, v in module.__dict__.items():  # set in __init__'s order: the same for one class
+        if k[0] == "_" or k == "training":
             continue
-        plain = (bool, int, float, str, type(None))
-        if not isinstance(v, plain) and not (isinstance(v, tuple) and all(isinstance(x, plain) for x in v)):
+        if not isinstance(v, _PLAIN) and not (isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v)):
             return None
         attrs.append((k, v))
-    state = tuple((n, tuple(t.shape), str(t.dtype), str(t.device))  # a leaf: its own tensors
-                  for n, t in (*module._parameters.items(), *module._buffers.items()) if t is not None)
+    state = tuple((n, t.shape, t.dtype, t.device)  # a leaf: its own tensors
+                  for tensors in (module._parameters, module._buffers) for n, t in tensors.items()
+                  if t is not None)
     return (type(module), dim, tuple(attrs), state)
+
+
+_PLAIN = (bool, int, float, str, type(None))  # attribute values a same_function_key may hold
 
 
 def same_state(a, b) -> bool:

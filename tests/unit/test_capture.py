@@ -12,6 +12,7 @@ from porting_kit.probes.capture import (
     capture_full,
     capture_summaries,
     coarse_names,
+    coarse_walk,
     estimate_abs_err,
     estimate_rel_err,
     subtree_names,
@@ -254,6 +255,31 @@ def test_coarse_names_none_without_a_stack_of_blocks():
     assert coarse_names(Block(4)) is None
     flat = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())  # leaves, not blocks
     assert coarse_names(flat) is None
+
+
+def test_coarse_walk_is_coarse_names_without_entering_the_blocks():
+    model = Stack(n=3)
+    walk = list(model.named_modules())
+    got = coarse_walk(model)
+    assert {n for n, _ in got} == coarse_names(model, walk)
+    assert [n for n, _ in got] == [n for n, _ in walk if n in coarse_names(model, walk)]
+    assert all(m is dict(walk)[n] for n, m in got)
+    # a module also reached inside a block keeps its name outside the blocks (the full walk
+    # names it first inside layers.1, where a coarse pass would not hook it at all)
+    model.layers[1].shared = model.head
+    assert [n for n, _ in coarse_walk(model)][-1] == "head"
+    assert coarse_walk(Block(4)) is None
+    assert coarse_walk(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())) is None
+
+
+def test_first_product_is_float32_as_the_product_then_cast():
+    s = torch.randn(8, 6, dtype=torch.bfloat16)
+    x = torch.randn(6, 5, dtype=torch.bfloat16)
+    got = capture._mm_float32(s, x)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, (s @ x).float(), atol=0, rtol=0)  # off CUDA: the same ops
+    y = torch.randn(6, 5)
+    torch.testing.assert_close(capture._mm_float32(s.float(), y), s.float() @ y, atol=0, rtol=0)
 
 
 def test_coarse_then_fine_pass_covers_every_module():

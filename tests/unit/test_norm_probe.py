@@ -90,3 +90,22 @@ def test_same_function_key_and_state_share_only_equal_norms():
     a.config = object()  # behaviour could hang on a non-scalar attribute: never shared
     assert same_function_key(a, 8) is None
     assert same_function_key(torch.nn.Sequential(torch.nn.RMSNorm(8)), 8) is None
+
+
+def test_cast_copy_is_deepcopy_then_to_and_leaves_the_module_alone():
+    import copy
+
+    from porting_kit.probes.norms import cast_copy
+
+    for mod in (RMS(8), torch.nn.LayerNorm(8), torch.nn.RMSNorm(8, eps=1e-6)):
+        before = {k: v.clone() for k, v in mod.state_dict().items()}
+        got = cast_copy(mod, torch.bfloat16)
+        want = copy.deepcopy(mod).to(dtype=torch.bfloat16)
+        x = torch.randn(5, 8, dtype=torch.bfloat16)
+        torch.testing.assert_close(got(x), want(x), atol=0, rtol=0)
+        assert all(t.dtype == torch.bfloat16 for t in got.state_dict().values())
+        assert all(torch.equal(before[k], v) and v.dtype == torch.float32 for k, v in mod.state_dict().items())
+        assert got.state_dict().keys() == mod.state_dict().keys()
+    nested = torch.nn.Sequential(torch.nn.LayerNorm(8))  # with children: the deep copy
+    assert cast_copy(nested, torch.bfloat16)[0].weight.dtype == torch.bfloat16
+    assert nested[0].weight.dtype == torch.float32
