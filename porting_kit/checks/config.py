@@ -191,6 +191,8 @@ def _side_config(ctx: CheckContext, side: str) -> tuple[dict | None, str]:
                 return d, f"{side}.{attr}"
     # a wrapper holding the LM: the first submodule with an HF config
     for name, sub in model.named_modules():
+        if "config" not in sub.__dict__ and not hasattr(type(sub), "config"):
+            continue  # cheaper than getattr's miss through nn.Module.__getattr__
         cfg = getattr(sub, "config", None)
         if name and cfg is not None and hasattr(cfg, "to_dict"):
             return as_dict(cfg), f"{side}.{name}.config"

@@ -371,10 +371,16 @@ def norm_agreements(pairs: list[tuple[Any, Any, int]]) -> list[NormAgreement | N
     figures: dict[int, Any] = {}
     stacked = []
     for items in groups.values():
-        el, row = _agreement_stats(torch.stack([n[0] for _, n, _ in items]),
-                                   torch.stack([n[1] for _, n, _ in items]))
-        el16, row16 = _agreement_stats(torch.stack([lo[0] for _, _, lo in items]),
-                                       torch.stack([lo[1] for _, _, lo in items]))
+        k = len(items)
+        if all(lo is n for _, n, lo in items):  # already bfloat16: the low figures are the native ones
+            el, row = _agreement_stats(torch.stack([n[0] for _, n, _ in items]),
+                                       torch.stack([n[1] for _, n, _ in items]))
+            el16, row16 = el, row
+        else:  # native and bfloat16 outputs in one stack (figures in float32 either way)
+            el, row = _agreement_stats(
+                torch.stack([n[0].float() for _, n, _ in items] + [lo[0].float() for _, _, lo in items]),
+                torch.stack([n[1].float() for _, n, _ in items] + [lo[1].float() for _, _, lo in items]))
+            el, el16, row, row16 = el[:k], el[k:], row[:k], row[k:]
         stacked.append(([i for i, _, _ in items], torch.stack([el, row, el16, row16], 1).cpu()))
     for idx, host in stacked:  # one host copy per width and device
         for i, vals in zip(idx, host.tolist()):
