@@ -19,7 +19,10 @@ for the GPU figures. Targets: overhead_ratio <= 1.5, depth_memory_ratio <= 1.3.
 
 Honest on any machine: both terms run in the same process with the same thread count
 (``--threads``, printed), each gets the same warm-up (one untimed run of each before timing),
-and the repetitions interleave (forwards, check, forwards, check, ...); the medians are
+and the repetitions interleave (forwards, check, forwards, check, ...), each timed run starting
+after ``gc.collect()`` (the garbage of earlier repeats is not charged to whichever term runs
+when a collection falls due; a term's own allocations still trigger collections inside it,
+where they count); the medians are
 reported as measured (no clamping: a ratio below 1.0 would be a measurement fault, printed
 with a ``WARNING`` line). ``--families`` times the listed check families on the loaded pair
 (what ``porting-kit check --only`` runs) instead of the layer-parity pass alone.
@@ -28,6 +31,7 @@ with a ``WARNING`` line). ``--families`` times the listed check families on the 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -180,6 +184,8 @@ def measure_decode(args) -> dict:
 
 
 def _timed(fn) -> float:
+    """Seconds of one ``fn()``, garbage from earlier repeats collected first (both terms alike)."""
+    gc.collect()
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0

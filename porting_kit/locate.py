@@ -110,30 +110,52 @@ def find_rotary(model, walk=None) -> list[RotarySite]:
     """
     import torch
 
-    sites: list[RotarySite] = []
+    found: list[tuple[str, str, Any, Any]] = []  # (name, kind, row on its device, module)
     for mname, mod in (model.named_modules() if walk is None else walk):
         if not _has_any(mod, _ROTARY_ATTRS):
             continue
         prefix = f"{mname}." if mname else ""
         t = getattr(mod, "inv_freq", None)
         if isinstance(t, torch.Tensor) and t.ndim == 1 and t.is_floating_point():
-            sites.append(RotarySite(prefix + "inv_freq", "inv_freq", t.detach().to("cpu", torch.float64),
-                                    str(t.dtype).replace("torch.", ""), mod))
+            found.append((prefix + "inv_freq", "inv_freq", t, mod))
             continue
         t = getattr(mod, "cos_sin_cache", None)
         if isinstance(t, torch.Tensor) and t.ndim == 2 and t.shape[0] > 1:
-            half = t.shape[1] // 2
-            row = t[1].detach().to("cpu", torch.float64)
-            w = torch.atan2(row[half:], row[:half])
-            sites.append(RotarySite(prefix + "cos_sin_cache", "cos_sin_cache", w,
-                                    str(t.dtype).replace("torch.", ""), mod))
+            found.append((prefix + "cos_sin_cache", "cos_sin_cache", t, mod))
             continue
         t = getattr(mod, "freqs_cis", None)
         if isinstance(t, torch.Tensor) and t.ndim == 2 and t.is_complex() and t.shape[0] > 1:
-            w = torch.angle(t[1].detach().to("cpu", torch.complex128))
-            sites.append(RotarySite(prefix + "freqs_cis", "freqs_cis", w,
-                                    str(t.dtype).replace("torch.", ""), mod))
+            found.append((prefix + "freqs_cis", "freqs_cis", t, mod))
+    rows = _rows_on_host([t if kind == "inv_freq" else t[1] for _, kind, t, _ in found])
+    sites: list[RotarySite] = []
+    for (name, kind, t, mod), row in zip(found, rows):
+        if kind == "cos_sin_cache":
+            half = t.shape[1] // 2
+            w = torch.atan2(row[half:], row[:half])
+        elif kind == "freqs_cis":
+            w = torch.angle(row)
+        else:
+            w = row
+        sites.append(RotarySite(name, kind, w, str(t.dtype).replace("torch.", ""), mod))
     return sites
+
+
+def _rows_on_host(rows: list[Any]) -> list[Any]:
+    """Each 1-D tensor on the CPU in float64 (complex128 for complex), read with one host copy
+    per device and kind (a copy from a GPU waits for its queued work: one wait, not one a row)."""
+    import torch
+
+    out: list[Any] = [None] * len(rows)
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault((r.device, r.is_complex()), []).append(i)
+    for (device, cplx), idx in groups.items():
+        dt = torch.complex128 if cplx else torch.float64
+        parts = [rows[i].detach().reshape(-1).to(dt) for i in idx]
+        host = torch.cat(parts).to("cpu") if device.type != "cpu" else torch.cat(parts)
+        for i, piece in zip(idx, host.split([p.numel() for p in parts])):
+            out[i] = piece
+    return out
 
 
 # ------------------------------------------------------------------ norms
