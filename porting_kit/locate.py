@@ -56,7 +56,9 @@ class RotarySite:
 #: The attribute names :func:`find_rotary` and :func:`find_norms` read.
 _ROTARY_ATTRS = ("inv_freq", "cos_sin_cache", "freqs_cis")
 _EPS_ATTRS = ("variance_epsilon", "eps")
-_CLASS_ATTRS: dict[type, frozenset] = {}  # class -> which of those it defines (properties)
+_CLASS_ATTRS: dict[type, tuple[frozenset, bool]] = {}  # class -> (which of those it defines
+# as class attributes (properties), whether it is torch.nn's own)
+_EMPTY: dict = {}
 _NORM_CLASS: dict[type, str] = {}  # class -> what its name says (find_norms)
 
 
@@ -64,17 +66,23 @@ def _has_any(mod, attrs: tuple[str, ...]) -> bool:
     """Whether ``mod`` may hold one of ``attrs``: a buffer, parameter or instance attribute
     of that name, or a class attribute (a property). Cheaper than ``getattr(mod, name,
     None)``, whose miss goes through ``nn.Module.__getattr__`` and an AttributeError; a
-    weight-normed conv's ``weight`` is even recomputed on each read."""
-    d = mod.__dict__
+    weight-normed conv's ``weight`` is even recomputed on each read. A class of torch.nn
+    itself (``Linear``, ``Conv1d``, ``SiLU``: most modules of a codec) is judged by its class
+    alone: torch's own ``__init__`` sets none of these names except on its norms, which
+    :func:`find_norms` knows by class name."""
     cls = _CLASS_ATTRS.get(type(mod))
     if cls is None:
-        cls = _CLASS_ATTRS[type(mod)] = frozenset(a for a in (*_ROTARY_ATTRS, *_EPS_ATTRS)
-                                                  if hasattr(type(mod), a))
-    bufs, params = d.get("_buffers", ()), d.get("_parameters", ())
-    for a in attrs:
-        if a in d or a in bufs or a in params or a in cls:
-            return True
-    return False
+        t = type(mod)
+        cls = _CLASS_ATTRS[t] = (frozenset(a for a in (*_ROTARY_ATTRS, *_EPS_ATTRS) if hasattr(t, a)),
+                                 t.__module__.startswith("torch.nn.modules."))
+    on_class, torch_own = cls
+    if not on_class.isdisjoint(attrs):
+        return True
+    if torch_own:
+        return False
+    d = mod.__dict__
+    return not (d.keys().isdisjoint(attrs) and d.get("_buffers", _EMPTY).keys().isdisjoint(attrs)
+                and d.get("_parameters", _EMPTY).keys().isdisjoint(attrs))
 
 
 def find_rotary(model, walk=None) -> list[RotarySite]:
