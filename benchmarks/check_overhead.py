@@ -129,10 +129,10 @@ def _check(ctx, families: list[str] | None):
     else:
         spent = {}
         for fam in families:
-            t0 = time.perf_counter()
+            t0 = _CLOCK[0]()
             importlib.import_module(f"porting_kit.checks.{FAMILIES[fam]}").run(ctx)
             _sync(ctx.device)
-            spent[fam] = time.perf_counter() - t0
+            spent[fam] = _CLOCK[0]() - t0
         res = get_result(ctx)  # cached by the parity family
         res.timing["families"] = spent
     _sync(ctx.device)
@@ -186,9 +186,13 @@ def measure_decode(args) -> dict:
 def _timed(fn) -> float:
     """Seconds of one ``fn()``, garbage from earlier repeats collected first (both terms alike)."""
     gc.collect()
-    t0 = time.perf_counter()
+    t0 = _CLOCK[0]()
     fn()
-    return time.perf_counter() - t0
+    return _CLOCK[0]() - t0
+
+
+#: The clock of both terms: wall seconds, or with ``--cpu-time`` this process's CPU seconds.
+_CLOCK = [time.perf_counter]
 
 
 def measure_time(args) -> dict:
@@ -360,8 +364,15 @@ def main(argv: list[str] | None = None) -> int:
                         "the layer-parity pass alone")
     p.add_argument("--decode-steps", type=int, default=None,
                    help="time the decode family over N steps against the two sides' own N decode steps")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="time both terms in this process's CPU seconds (time.process_time), not wall "
+                        "seconds: steadier on a shared CPU machine (CPU only: GPU time is not counted)")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.cpu_time:
+        if args.device != "cpu":
+            raise SystemExit("--cpu-time measures CPU seconds: only with --device cpu")
+        _CLOCK[0] = time.process_time
     if args.shape:
         for k, v in SHAPES[args.shape].items():
             setattr(args, k, v)
@@ -415,7 +426,8 @@ def print_time(args, t: dict) -> None:
     print(f"model: width={args.width} layers={args.layers} heads={args.heads} kv_heads={args.kv_heads} "
           f"head_dim={args.head_dim} intermediate={args.intermediate} tokens={args.tokens} "
           f"vocab={args.vocab} device={args.device} dtype={args.dtype or 'float32'} "
-          f"threads={args.threads} repeats={args.repeats} families={','.join(args.families or ['parity-pass'])}")
+          f"threads={args.threads} repeats={args.repeats} families={','.join(args.families or ['parity-pass'])} "
+          f"clock={'cpu' if args.cpu_time else 'wall'}")
     print(f"two_forwards_all_s={[round(x, 4) for x in t['two_forwards_all_s']]} "
           f"check_all_s={[round(x, 4) for x in t['check_all_s']]}")
     print(f"two_forwards_s={t['two_forwards_s']:.4f} check_s={t['check_s']:.4f} "
