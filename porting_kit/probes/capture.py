@@ -253,10 +253,13 @@ def coarse_names(model, walk=None) -> set[str] | None:
 def coarse_walk(model) -> list[tuple[str, Any]] | None:
     """The modules :func:`coarse_names` keeps, found without entering the repeated blocks.
 
-    The same set as ``coarse_names(model)``, walked in ``named_modules()`` order (pre-order,
-    a module reached twice kept at its first name) but never below a repeated block: on a
-    model whose modules sit mostly inside its blocks (decoder layers, codec stages) this
-    visits a fraction of them (each visit is Python-bound, ~1-2 us).
+    The same set as ``coarse_names(model)``, in ``named_modules()`` order (pre-order, a
+    module reached twice kept at its first name), without building the names inside the
+    repeated blocks: their modules are only marked as seen (a module shared with a block
+    that comes first there, such as a projection a layer also calls, stays out as
+    ``coarse_names`` leaves it out: a hook on it would record the layer's calls as its own).
+    On a model whose modules sit mostly inside its blocks (decoder layers, codec stages)
+    this costs a fraction of a named walk.
 
     Parameters
     ----------
@@ -281,8 +284,14 @@ def coarse_walk(model) -> list[tuple[str, Any]] | None:
             continue
         seen.add(id(mod))
         out.append((name, mod))
-        if is_block:
-            continue  # kept, its insides are not
+        if is_block:  # kept; its insides are not, but are marked seen as named_modules would
+            inside = [c for c in mod._modules.values() if c is not None]
+            while inside:
+                sub = inside.pop()
+                if id(sub) not in seen:
+                    seen.add(id(sub))
+                    inside.extend(c for c in sub._modules.values() if c is not None)
+            continue
         repeated = isinstance(mod, stacks) and len(mod) >= 2
         prefix = f"{name}." if name else ""
         for child_name, child in reversed(mod._modules.items()):

@@ -294,8 +294,9 @@ def cast_copy(module, dtype, device=None):
     -------
     torch.nn.Module
         For a leaf module (a norm: no children, no hooks), a shallow copy whose own tensor
-        dicts hold cast copies (a deep copy of every attribute costs more than the module's
-        call on a few rows); otherwise the deep copy.
+        dicts hold cast copies and whose dict / list / set attributes are copied one level
+        (a deep copy of every attribute costs more than the module's call on a few rows);
+        otherwise the deep copy.
     """
     import torch
 
@@ -309,9 +310,11 @@ def cast_copy(module, dtype, device=None):
         return torch.nn.Parameter(got, requires_grad=False) if isinstance(t, torch.nn.Parameter) else got
 
     out = copy.copy(module)
-    out.__dict__ = {**module.__dict__,
-                    "_parameters": {k: cast(v) for k, v in module._parameters.items()},
-                    "_buffers": {k: cast(v) for k, v in module._buffers.items()}}
+    # containers are copied one level (a norm's own cache dict gets no entry of the copy's)
+    out.__dict__ = {k: copy.copy(v) if isinstance(v, (dict, list, set)) else v
+                    for k, v in module.__dict__.items()}
+    out._parameters = {k: cast(v) for k, v in module._parameters.items()}
+    out._buffers = {k: cast(v) for k, v in module._buffers.items()}
     return out
 
 
@@ -478,8 +481,8 @@ def states_equal(pairs: list[tuple[Any, Any]]) -> list[bool]:
     for sig, items in groups.items():
         verdict = None
         for j in range(len(sig)):
-            ref = torch.stack([ta[j] for _, ta, _ in items]).flatten(1)
-            cand = torch.stack([tb[j] for _, _, tb in items]).flatten(1)
+            ref = torch.stack([ta[j] for _, ta, _ in items]).reshape(len(items), -1)  # 0-dim too
+            cand = torch.stack([tb[j] for _, _, tb in items]).reshape(len(items), -1)
             eq = (ref == cand).all(1)
             verdict = eq if verdict is None else verdict & eq
         lazy.setdefault(verdict.device, []).append(([i for i, _, _ in items], verdict))

@@ -191,21 +191,23 @@ def garbage_reason(inv_freq) -> str | None:
     -------
     str or None
         One clause for the finding's message (``"3 of 32 values are NaN/Inf"``), checked
-        in that order: non-finite, non-positive, ``inv_freq[0] > 1 + 1e-3`` rad/position,
-        increasing by more than a relative 1e-6 anywhere.
+        in that order: empty, non-finite, non-positive, ``inv_freq[0] > 1 + 1e-3``
+        rad/position, increasing by more than a relative 1e-6 anywhere.
     """
     import torch
 
     # a table has a few dozen entries: plain floats beat a handful of tensor ops
     w = inv_freq.detach().to("cpu", torch.float64).reshape(-1).tolist()
     n = len(w)
+    if not n:
+        return "the table is empty"
     bad = sum(1 for x in w if not math.isfinite(x))
     if bad:
         return f"{bad} of {n} values are NaN/Inf"
     bad = sum(1 for x in w if x <= 0)
     if bad:
         return f"{bad} of {n} values are zero or negative"
-    if n and w[0] > 1.0 + 1e-3:
+    if w[0] > 1.0 + 1e-3:
         return f"inv_freq[0] = {w[0]:.6g} > 1 rad/position"
     if any(b > a * (1 + 1e-6) for a, b in zip(w, w[1:])):
         return "values are not decreasing (not a geometric series)"
@@ -688,7 +690,7 @@ def undo_reference_rotation(post, cos, sin):
     Parameters
     ----------
     post : torch.Tensor [shape=(B, H, T, head_dim)]
-    cos, sin : torch.Tensor [shape=(B, T, rotary_dim)]
+    cos, sin : torch.Tensor [shape=(B, T, rotary_dim) or (T, rotary_dim)]
         As HF's rotary module returns them (``cat(freqs, freqs)``, times
         ``attention_scaling``).
 
@@ -701,6 +703,8 @@ def undo_reference_rotation(post, cos, sin):
     import torch
 
     post = post.to(torch.float64)
+    if cos.ndim == 2:  # (T, rotary_dim): a rotary module that returns no batch axis
+        cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
     r = cos.shape[-1]
     n = r // 2
     c = cos[..., :n].to(torch.float64).unsqueeze(1)

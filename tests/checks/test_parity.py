@@ -90,3 +90,11 @@ def test_spec_function_raising_is_exit_2(tmp_path, capsys):
                  "def candidate():\n    return None\ndef inputs():\n    return {}\n")
     assert main(["check", str(p), "--only", "parity"]) == 2
     assert "reference() raised ValueError: no weights here" in capsys.readouterr().err
+
+
+def test_a_projection_shared_with_a_block_does_not_take_the_blocks_divergence():
+    spec = str(Path(__file__).resolve().parents[1] / "specs" / "shared_projection.py")
+    assert run_check(spec, only="parity").status == "pass"
+    r = run_check(spec, variant="eps0", only="parity")
+    (f,) = [f for f in r.findings if f.code == "parity.first_divergence"]
+    assert (f.where.reference, f.where.candidate) == ("layers.0.ln", "layers.0.ln")

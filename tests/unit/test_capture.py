@@ -264,10 +264,15 @@ def test_coarse_walk_is_coarse_names_without_entering_the_blocks():
     assert {n for n, _ in got} == coarse_names(model, walk)
     assert [n for n, _ in got] == [n for n, _ in walk if n in coarse_names(model, walk)]
     assert all(m is dict(walk)[n] for n, m in got)
-    # a module also reached inside a block keeps its name outside the blocks (the full walk
-    # names it first inside layers.1, where a coarse pass would not hook it at all)
+    # a module a block also holds, met there first, stays out (hooked under its outer name it
+    # would record the block's calls as its own); met first outside, it is kept
     model.layers[1].shared = model.head
-    assert [n for n, _ in coarse_walk(model)][-1] == "head"
+    walk = list(model.named_modules())
+    assert "head" not in {n for n, _ in coarse_walk(model)} == coarse_names(model, walk)
+    model = Stack(n=3)
+    model.layers[1].shared = model.embed
+    walk = list(model.named_modules())
+    assert "embed" in {n for n, _ in coarse_walk(model)} == coarse_names(model, walk)
     assert coarse_walk(Block(4)) is None
     assert coarse_walk(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())) is None
 

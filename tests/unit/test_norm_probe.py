@@ -109,3 +109,24 @@ def test_cast_copy_is_deepcopy_then_to_and_leaves_the_module_alone():
     nested = torch.nn.Sequential(torch.nn.LayerNorm(8))  # with children: the deep copy
     assert cast_copy(nested, torch.bfloat16)[0].weight.dtype == torch.bfloat16
     assert nested[0].weight.dtype == torch.float32
+
+
+def test_states_equal_takes_0_dim_parameters_and_cast_copy_keeps_containers_apart():
+    from porting_kit.probes.norms import cast_copy, states_equal
+
+    class ScalarGain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(4))
+            self.gain = torch.nn.Parameter(torch.tensor(1.0))  # 0-dim
+            self.register_buffer("step", torch.tensor(3))  # 0-dim int buffer
+            self.cache = {}
+
+    a, b = ScalarGain(), ScalarGain()
+    assert states_equal([(a, b), (b, a)]) == [True, True]
+    with torch.no_grad():
+        b.gain.fill_(2.0)
+    assert states_equal([(a, b)]) == [False]
+    c = cast_copy(a, torch.bfloat16)
+    c.cache["bf16"] = 1
+    assert a.cache == {} and c.gain.dtype == torch.bfloat16 and c.step.dtype == torch.int64

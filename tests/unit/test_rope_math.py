@@ -43,6 +43,8 @@ def test_garbage_reason():
     assert "zero" in garbage_reason(torch.tensor([1.0, 0.0, 0.1]))
     assert "not decreasing" in garbage_reason(torch.tensor([1.0, 0.1, 0.5]))
     assert "> 1" in garbage_reason(torch.tensor([3e7, 0.1, 0.01]))
+    assert "3 of 3 values are NaN/Inf" == garbage_reason(torch.full((3,), float("nan"), dtype=torch.bfloat16))
+    assert "empty" in garbage_reason(torch.tensor([]))  # no frequency at all cannot be a table
 
 
 def _qk(seed=0, b=1, h=4, t=24, d=16):
@@ -99,6 +101,10 @@ def test_undo_reference_rotation_roundtrip():
     torch.testing.assert_close(pre, x)
     torch.testing.assert_close(theta, wrap(pos[:, None] * w[None]))  # angles in (-pi, pi]
     assert scale == pytest.approx(1.0)
+    # a rotary module returning cos/sin without the batch axis, (T, rotary_dim)
+    pre2, theta2, _ = undo_reference_rotation(y, emb[0].cos(), emb[0].sin())
+    torch.testing.assert_close(pre2, x)
+    torch.testing.assert_close(theta2, theta)
 
 
 def test_find_rotary_kinds():
