@@ -285,12 +285,7 @@ def coarse_walk(model) -> list[tuple[str, Any]] | None:
         seen.add(id(mod))
         out.append((name, mod))
         if is_block:  # kept; its insides are not, but are marked seen as named_modules would
-            inside = [c for c in mod._modules.values() if c is not None]
-            while inside:
-                sub = inside.pop()
-                if id(sub) not in seen:
-                    seen.add(id(sub))
-                    inside.extend(c for c in sub._modules.values() if c is not None)
+            _mark_inside(mod, seen)
             continue
         repeated = isinstance(mod, stacks) and len(mod) >= 2
         prefix = f"{name}." if name else ""
@@ -300,6 +295,19 @@ def coarse_walk(model) -> list[tuple[str, Any]] | None:
                 found = found or block
                 todo.append((prefix + child_name, child, block))
     return out if found else None
+
+
+def _mark_inside(block, seen: set[int]) -> None:
+    """Add the ids of every module below ``block`` to ``seen`` (level by level, no names)."""
+    level = list(block._modules.values())
+    while level:
+        below: list[Any] = []
+        for sub in level:
+            if sub is not None and id(sub) not in seen:
+                seen.add(id(sub))
+                if sub._modules:
+                    below.extend(sub._modules.values())
+        level = below
 
 
 def subtree_names(model, root: str) -> set[str]:

@@ -294,7 +294,7 @@ def cast_copy(module, dtype, device=None):
     -------
     torch.nn.Module
         For a leaf module (a norm: no children, no hooks), a shallow copy whose own tensor
-        dicts hold cast copies and whose dict / list / set attributes are copied one level
+        dicts hold cast copies and whose public dict / list / set attributes are copied one level
         (a deep copy of every attribute costs more than the module's call on a few rows);
         otherwise the deep copy.
     """
@@ -310,8 +310,9 @@ def cast_copy(module, dtype, device=None):
         return torch.nn.Parameter(got, requires_grad=False) if isinstance(t, torch.nn.Parameter) else got
 
     out = copy.copy(module)
-    # containers are copied one level (a norm's own cache dict gets no entry of the copy's)
-    out.__dict__ = {k: copy.copy(v) if isinstance(v, (dict, list, set)) else v
+    # its own containers are copied one level (a norm's cache dict gets no entry of the copy's;
+    # torch's hook dicts, empty here, stay shared: nothing registers on the copy)
+    out.__dict__ = {k: copy.copy(v) if k[0] != "_" and isinstance(v, (dict, list, set)) else v
                     for k, v in module.__dict__.items()}
     out._parameters = {k: cast(v) for k, v in module._parameters.items()}
     out._buffers = {k: cast(v) for k, v in module._buffers.items()}
