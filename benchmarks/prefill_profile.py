@@ -98,7 +98,7 @@ def parts(args, spec, ctx, pair, families, reset) -> int:
     import torch
 
     from porting_kit.locate import find_norms, find_rotary
-    from porting_kit.probes.capture import capture_summaries, coarse_names
+    from porting_kit.probes.capture import capture_summaries, coarse_names, coarse_walk
     from porting_kit.probes.layers import _run
     from porting_kit.probes.prefill import capture_prefill_facts
 
@@ -115,7 +115,7 @@ def parts(args, spec, ctx, pair, families, reset) -> int:
 
     for side, m in (("reference", pair.reference), ("candidate", pair.candidate)):
         walk = list(m.named_modules())
-        only = coarse_names(m, walk)
+        only = coarse_names(m)
 
         def fwd(sketch: bool, rope: bool, norm: bool) -> None:
             recs: list = []
@@ -133,7 +133,7 @@ def parts(args, spec, ctx, pair, families, reset) -> int:
                          ("+ norm facts", lambda: fwd(False, False, True)),
                          ("+ all (the parity pass)", lambda: fwd(True, True, True)),
                          ("walk named_modules", lambda: list(m.named_modules())),
-                         ("coarse_names", lambda: coarse_names(m, walk)),
+                         ("coarse_walk", lambda: coarse_walk(m)),
                          ("find_norms", lambda: find_norms(m, walk)),
                          ("find_rotary", lambda: find_rotary(m, walk))):
             print(f"  {name:26s} {ms(fn):8.3f} ms")

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from porting_kit.probes.compare import first_tensor
+from porting_kit.probes.tolerance import dtype_name
 
 SKETCH_ROWS = 8
 SKETCH_COLS = 8
@@ -163,13 +164,9 @@ class _Sketcher:
             torch.mm(sx, r, out=self.buf[slot])
         else:
             self.buf[slot].zero_()  # an empty tensor: a zero sketch, equal on both sides
-        dtype = _DTYPE_NAMES.get(t.dtype)
-        if dtype is None:
-            dtype = _DTYPE_NAMES[t.dtype] = str(t.dtype).replace("torch.", "")
-        return Summary(shape=tuple(t.shape), dtype=dtype, numel=t.numel(), slot=slot)
+        return Summary(shape=tuple(t.shape), dtype=dtype_name(t.dtype), numel=t.numel(), slot=slot)
 
 
-_DTYPE_NAMES: dict[Any, str] = {}  # torch.bfloat16 -> "bfloat16"
 #: (device type, dtype) -> whether ``torch.mm(..., out_dtype=torch.float32)`` runs there
 _MM_OUT_DTYPE: dict[tuple[str, Any], bool] = {}
 
@@ -207,7 +204,7 @@ def _floating(t) -> bool:
     return t is not None and (t.is_floating_point() or t.is_complex())
 
 
-def coarse_names(model, walk=None) -> set[str] | None:
+def coarse_names(model) -> set[str] | None:
     """The modules of ``model`` that a first, coarse pass hooks.
 
     Every module that is not inside a repeated block. A repeated block is a child with
@@ -217,47 +214,31 @@ def coarse_names(model, walk=None) -> set[str] | None:
     Parameters
     ----------
     model : torch.nn.Module
-        Walked once with ``named_modules()``.
-    walk : list of (str, torch.nn.Module), optional
-        ``list(model.named_modules())`` when the caller has it.
 
     Returns
     -------
     set of str or None
-        Module names as ``named_modules`` gives them (``""`` is the root). ``None`` when
-        the model has no such stack (hook everything).
+        Module names as ``named_modules`` gives them (``""`` is the root), a module reached
+        twice counted at its first name. ``None`` when the model has no such stack (hook
+        everything).
 
     Notes
     -----
     One hook per decoder layer instead of fifteen keeps Python hook overhead small next to
     a GPU forward; the insides of the first block that differs are captured in a second,
-    fine pass (:mod:`porting_kit.checks.parity`).
+    fine pass (:mod:`porting_kit.checks.parity`). Found by :func:`coarse_walk`.
     """
-    import torch
-
-    if walk is None:
-        got = coarse_walk(model)
-        return None if got is None else {n for n, _ in got}
-    blocks: list[str] = []
-    for name, m in walk:
-        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(m) >= 2:
-            for child_name, child in m._modules.items():
-                if child is not None and child._modules:
-                    blocks.append(f"{name}.{child_name}" if name else child_name)
-    if not blocks:
-        return None
-    inside = tuple(b + "." for b in blocks)
-    return {n for n, _ in walk if not n.startswith(inside)}
+    got = coarse_walk(model)
+    return None if got is None else {n for n, _ in got}
 
 
 def coarse_walk(model) -> list[tuple[str, Any]] | None:
     """The modules :func:`coarse_names` keeps, found without entering the repeated blocks.
 
-    The same set as ``coarse_names(model)``, in ``named_modules()`` order (pre-order, a
-    module reached twice kept at its first name), without building the names inside the
-    repeated blocks: their modules are only marked as seen (a module shared with a block
-    that comes first there, such as a projection a layer also calls, stays out as
-    ``coarse_names`` leaves it out: a hook on it would record the layer's calls as its own).
+    In ``named_modules()`` order (pre-order, a module reached twice kept at its first name),
+    without building the names inside the repeated blocks: their modules are only marked as
+    seen (a module shared with a block that comes first there, such as a projection a layer
+    also calls, stays out: a hook on it would record the layer's calls as its own).
     On a model whose modules sit mostly inside its blocks (decoder layers, codec stages)
     this costs a fraction of a named walk.
 

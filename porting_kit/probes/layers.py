@@ -522,19 +522,15 @@ def get_result(ctx) -> ParityResult:
 
     # The prefill families' facts (rope's q/k and cos/sin, norm's calls) come from this same
     # forward when the run includes them (ctx.families): they run no forward of their own.
-    # They look at every module: one full walk of each model serves all their probes (each
-    # walk is Python-bound), none is made without them.
+    # They look at every module (one full walk of each model, made there, only when wanted).
     want_rope, want_norm = wanted(getattr(ctx, "families", ()))
-    walk_r = walk_c = None
-    if want_rope or want_norm:
-        walk_r, walk_c = list(pair.reference.named_modules()), list(pair.candidate.named_modules())
     ctx.progress("parity: reference forward")
     t0 = time.perf_counter()
     rrec: list[Record] = []
     with capture_summaries(pair.reference, rrec, only=coarse_r, defer=True,
                            modules=dict(cw_r or ())) as pass_r, \
-            capture_prefill_facts(pair.reference, "reference", rope=want_rope, norm=want_norm,
-                                  walk=walk_r) as facts_r, \
+            capture_prefill_facts(pair.reference, "reference", rope=want_rope,
+                                  norm=want_norm) as facts_r, \
             torch.no_grad():
         out_r = _run(spec, "reference", pair.reference, pair.inputs)
     timing["forward_reference"] = time.perf_counter() - t0
@@ -543,8 +539,8 @@ def get_result(ctx) -> ParityResult:
     crec: list[Record] = []
     with capture_summaries(pair.candidate, crec, output_permutation=pair.weights.output_permutation,
                            only=coarse_c, defer=True, modules=dict(cw_c or ())) as pass_c, \
-            capture_prefill_facts(pair.candidate, "candidate", rope=want_rope, norm=want_norm,
-                                  walk=walk_c) as facts_c, \
+            capture_prefill_facts(pair.candidate, "candidate", rope=want_rope,
+                                  norm=want_norm) as facts_c, \
             torch.no_grad():
         out_c = _run(spec, "candidate", pair.candidate, pair.inputs)
     if facts_r is not None:

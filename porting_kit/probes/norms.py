@@ -212,7 +212,7 @@ def fingerprint(module, dim: int) -> Fingerprint:
     """
     import torch
 
-    m32 = copy.deepcopy(module).to(dtype=torch.float32, device="cpu")
+    m32 = cast_copy(module, torch.float32, "cpu")
     rand, alt, scales = probe_rows(dim)
     with torch.no_grad():
         y = _call(m32, rand.float()).to(torch.float64)
@@ -565,8 +565,8 @@ def bf16_error(module, dim: int) -> float | None:
     rand, _, _ = probe_rows(dim)
     x16 = (rand / 100.0).to(torch.bfloat16)
     try:
-        m16 = copy.deepcopy(module).to(dtype=torch.bfloat16, device="cpu")
-        m64 = copy.deepcopy(module).to(dtype=torch.float64, device="cpu")
+        m16 = cast_copy(module, torch.bfloat16, "cpu")
+        m64 = cast_copy(module, torch.float64, "cpu")
         with torch.no_grad():
             for p64, p16 in zip(m64.parameters(), m16.parameters()):
                 p64.copy_(p16.to(torch.float64))

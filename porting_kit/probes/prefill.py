@@ -94,8 +94,8 @@ def capture_prefill_facts(model, side: str, *, rope: bool, norm: bool,
         Which families' facts to record (:func:`wanted`); neither: yields None and
         hooks nothing.
     walk : list of (str, torch.nn.Module), optional
-        ``list(model.named_modules())`` when the caller has it (the parity pass walks each
-        model once for all its probes).
+        ``list(model.named_modules())`` when the caller has it; else the model is walked
+        here, once for all the probes of the block.
 
     Yields
     ------
