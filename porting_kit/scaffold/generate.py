@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from porting_kit.errors import InputError
-from porting_kit.scaffold.facts import Fact, ModelFacts, read_model_facts
+from porting_kit.scaffold.facts import LM_SUBCONFIG_KEYS, Fact, ModelFacts, read_model_facts
 
 FRAMEWORKS = ("vllm-omni", "sglang-omni")
 SHAPES = ("two-stage", "single-stage-ar", "native-ar")
@@ -433,6 +433,34 @@ def _codec_limit(facts: ModelFacts) -> str | None:
                     "must mask every other id of the LM head, or a sampled id breaks the codec lookup.")
 
 
+#: Left-context frames written when the codec config names no decoder window.
+DEFAULT_LEFT_CONTEXT_FRAMES = 8
+#: The stop flag a native-ar model emits when its own stop head fires (continue is 0): the
+#: sampled token of a native-ar LM is the model's placeholder, never a text token after the prompt.
+NATIVE_AR_STOP_ID = 1
+
+
+def _stop_ids(shape: str, facts: ModelFacts) -> tuple[list[int], str]:
+    """Stage-0 stop token ids and where they came from.
+
+    A codec / audio EOS (``codec_eos_token_id`` ...) is the stop id of every shape. A native-ar model
+    whose config names only the text LM's ``eos_token_id`` (VoxCPM2: ``lm_config.eos_token_id`` 2)
+    stops on its own stop head instead: the model emits :data:`NATIVE_AR_STOP_ID` (vLLM-Omni's
+    VoxCPM2 stops on [1]); the text EOS is never sampled after the prompt.
+    """
+    fact = facts.stop_token_ids
+    text_eos = fact is not None and fact.source.rpartition(".")[2] == "eos_token_id"
+    if shape == "native-ar" and (fact is None or text_eos):
+        why = (f"the model's stop flag (its stop head fires: {NATIVE_AR_STOP_ID}, continue 0)"
+               + (f"; {fact.source} {fact.value} is the text LM's EOS, never sampled after the prompt" if fact else ""))
+        return [NATIVE_AR_STOP_ID], why
+    if fact is not None:
+        return list(fact.value), fact.source
+    if facts.generation_eos is not None:
+        return list(facts.generation_eos.value), facts.generation_eos.source
+    return [2], "not in config.json: set it"
+
+
 @dataclass
 class _Context:
     """Template variables, computed once from options + facts."""
@@ -449,9 +477,14 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
     if not arch.isidentifier() or keyword.iskeyword(arch) or arch.startswith("__") or not arch.isascii():
         raise InputError(f"architecture name {arch!r} is not a usable class name (pass --arch)")
     vocab = int(facts.value("vocab_size", 32000))
-    stop_ids = facts.value("stop_token_ids") or facts.value("generation_eos") or [2]
+    stop_ids, stop_why = _stop_ids(opts.shape, facts)
     if max(stop_ids) >= vocab:
         vocab = max(stop_ids) + 2
+    codebook_size = facts.value("codebook_size")
+    # Code heads: the codec vocabulary. A vocab_size far wider than it is the text vocabulary of a
+    # nested config (facts.ambiguities says so): the first head covers the codes and the stop ids.
+    head_vocab = vocab if not codebook_size or vocab <= 2 * codebook_size else max(codebook_size,
+                                                                                    max(stop_ids) + 1)
     eos = stop_ids[0]
     max_model_len = int(min(facts.value("max_position_embeddings", 4096), 32768))
     util, util_why = size_gpu_memory(facts.param_count)
@@ -499,8 +532,8 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         stage1.append(("max_num_batched_tokens", budget, (
             f"max_num_batched_tokens: a full-payload codec prompt is {codebooks} codebooks x up to "
             f"{max_model_len} frames = {codec_tokens} tokens, above the 32768 default.")))
-    stop_src = one_line(facts.stop_token_ids.source) if facts.stop_token_ids else \
-        facts.generation_eos.source if facts.generation_eos else "not in config.json: set it"
+    stop_src = one_line(stop_why)
+    left = facts.codec_left_context
     values = dict(  # noqa: C408 - keyword form reads as the template variables
         kit_version=__version__, shape=opts.shape, model_type=m, camel=camel, arch=arch,
         const_name=f"{m.upper()}_PIPELINE", facts=_template_facts(facts), fact_lines=_fact_lines(facts),
@@ -518,6 +551,12 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         engine_fraction=min(0.8, util + 0.1), param_note=util_why, notes=notes,
         sampling_knobs=sampling_knobs(facts), codec_limit=_codec_limit(facts),
         trust_remote_code=bool(opts.trust_remote_code), accumulate_nonstreaming=opts.shape == "single-stage-ar",
+        codebook_size=codebook_size or head_vocab, head_vocab=head_vocab, lm_subconfigs=LM_SUBCONFIG_KEYS,
+        left_context_frames=left.value if left else DEFAULT_LEFT_CONTEXT_FRAMES,
+        left_context_source=one_line(left.source) if left else "not in the codec config: a placeholder; set it",
+        codec_checkpoint=facts.value("codec_checkpoint"),
+        codec_checkpoint_source=one_line(facts.codec_checkpoint.source) if facts.codec_checkpoint else "",
+        upstream_auto_class=facts.auto_class or "AutoModel",
         stage_fields=STAGE_FIELDS[opts.shape],
     )
     return _Context(values)
@@ -740,7 +779,12 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
                          for name in ("stop_token_ids", "num_codebooks", "codebook_size") if getattr(facts, name)}
         | ({"generation_eos_token_ids": facts.generation_eos.source} if facts.generation_eos else {}),
         "trust_remote_code": bool(opts.trust_remote_code),
+        "ambiguities": list(facts.ambiguities),
     }
+    if ctx["stop_token_ids"] != facts.value("stop_token_ids"):  # a deliberate choice (native-ar stop flag)
+        manifest["facts"]["stop_token_ids"] = ctx["stop_token_ids"]
+        manifest["fact_sources"]["stop_token_ids"] = ctx["stop_source"]
+    manifest["facts"]["codec_left_context"] = facts.value("codec_left_context")
     files.append(PlannedFile(manifest_rel, json.dumps(manifest, indent=2) + "\n", "manifest"))
 
     # Check everything before writing anything: no half-written scaffold on a conflict.
@@ -780,6 +824,7 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
     if facts.rope_scaling is not None:
         result.notes.append(f"config.json sets RoPE scaling ({facts.rope_scaling.source} = "
                             f"{dict(facts.rope_scaling.value)}): the port must apply it (porting-kit check: rope)")
+    result.notes += [f"ambiguous config field: {a}" for a in facts.ambiguities]
     for name in ("sample_rate", "hop_length", "num_codebooks", "stop_token_ids"):
         if getattr(facts, name) is None:
             result.notes.append(f"{name} not found in {facts.config_path}: a placeholder was written; set it")

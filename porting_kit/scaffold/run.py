@@ -62,7 +62,8 @@ class StageFault:
     Attributes
     ----------
     kind : str
-        ``"exception"``, ``"handoff_shape"`` or ``"no_audio"``.
+        ``"exception"``, ``"handoff_shape"``, ``"no_audio"`` or ``"upstream_mismatch"`` (a real
+        single-stage upstream lacks an attribute or an ``inference_stream`` parameter the model needs).
     stage : int
         Stage id (0, 1).
     where : str
@@ -172,6 +173,8 @@ class _Tree:
     #: ``() -> VllmConfig`` when the seam's attention is vLLM's (a fresh config per pipeline).
     real_config: Any = None
     config_dir: Path | None = None
+    #: The single-stage shape's upstream model (None: :class:`StandInUpstream`).
+    upstream: Any = None
 
 
 def _func_name(node: ast.expr) -> str | None:
@@ -256,6 +259,11 @@ def _load_tree(root: Path, manifest: dict[str, Any]) -> _Tree:
     return tree
 
 
+def _model_rel(manifest: dict[str, Any]) -> str:
+    m = manifest["model_type"]
+    return f"vllm_omni/model_executor/models/{m}/modeling_{m}.py"
+
+
 def _unload(package: str) -> None:
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
         del sys.modules[name]
@@ -296,6 +304,40 @@ class StandInUpstream:
         yield {"type": "result", "waveform": torch.zeros(64)}
 
 
+#: Request values the contract check maps onto a real upstream's ``inference_stream``: every
+#: field the generated adapter may forward, so a field upstream cannot take is found before a
+#: user's request hits it.
+CONTRACT_VALUES = {"voice": "a", "ref_audio": [[0.0], 16000], "ref_text": "a", "language": "en",
+                   "instructions": "a", "max_new_tokens": 1, "codec": object(), "generator": object()}
+
+
+def upstream_problems(module: Any, upstream: Any) -> list[str]:
+    """Where ``upstream`` breaks what the generated single-stage model expects of it.
+
+    The generated module declares ``UPSTREAM_ATTRIBUTES`` (attributes it reads) and
+    ``stream_kwargs`` (request values -> upstream's parameter names, raising ValueError on a
+    value with no parameter or a required parameter it never passes). A module without them
+    (an older scaffold) is not checked.
+
+    Returns
+    -------
+    list of str
+        One line per problem; empty when the upstream fits.
+    """
+    out = [f"upstream {type(upstream).__name__} has no attribute {name!r}"
+           for name in getattr(module, "UPSTREAM_ATTRIBUTES", ()) if not hasattr(upstream, name)]
+    mapper, fn = getattr(module, "stream_kwargs", None), getattr(upstream, "inference_stream", None)
+    if callable(mapper) and callable(fn):
+        for key, value in CONTRACT_VALUES.items():
+            try:
+                mapper(fn, {key: value} if key in ("codec", "generator") else {key: value, "codec": object()})
+            except ValueError as exc:
+                out.append(str(exc))
+            except Exception:  # noqa: BLE001 - converting the value (e.g. a temp WAV) is not the contract
+                continue
+    return list(dict.fromkeys(out))
+
+
 # -- building ---------------------------------------------------------------------------------
 def _real_vllm_config(device: str, folder: Path) -> Any:
     """A minimal real ``VllmConfig`` for the tiny LM (its config.json written to ``folder``)."""
@@ -334,7 +376,11 @@ def _build(tree: _Tree, stage: int, device: str, async_chunk: bool, shape: str,
     config = real_config if real_config is not None else _vllm_config(device, async_chunk)
     kwargs: dict[str, Any] = {"vllm_config": config, "prefix": ""}
     if shape == "single-stage-ar":
-        kwargs["upstream"] = StandInUpstream()
+        import inspect
+
+        kwargs["upstream"] = tree.upstream if tree.upstream is not None else StandInUpstream()
+        if getattr(module, "CODEC_CHECKPOINT", None) is not None and "codec" in inspect.signature(cls).parameters:
+            kwargs["codec"] = torch.nn.Identity()  # no checkpoint download in the run tier
     current = contextlib.nullcontext()
     if real_config is not None:  # vLLM layers read the config of the model being built
         from vllm.config import set_current_vllm_config
@@ -589,7 +635,8 @@ def _drive(pipe: _Pipeline, plan: list[tuple[str, str, int, int, int]], abort: t
     pipe.finish()
 
 
-def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "cpu") -> RunFacts:
+def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "cpu",
+                 upstream: Any = None) -> RunFacts:
     """Drive the generated pipeline of a vLLM-Omni scaffold; return what it showed.
 
     Parameters
@@ -600,6 +647,10 @@ def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "c
         Its ``.porting-kit/scaffold-<model>.json`` (``shape``, ``model_type``).
     device : str, default "cpu"
         Where the stage models run (``"cuda"`` when present).
+    upstream : object, optional
+        The single-stage shape's real upstream model (its ``inference_stream`` and attributes are
+        checked against the generated file first: ``fault.kind == "upstream_mismatch"``);
+        default a :class:`StandInUpstream`.
 
     Returns
     -------
@@ -618,11 +669,18 @@ def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "c
 
     root = Path(root).resolve()
     shape = manifest["shape"]
-    facts = RunFacts(shape=shape, device=device, upstream="stand-in" if shape == "single-stage-ar" else "")
+    facts = RunFacts(shape=shape, device=device, upstream="" if shape != "single-stage-ar" else
+                     "stand-in" if upstream is None else type(upstream).__name__)
     tree = None
     try:
         with preserved_rng_state():
             tree = _load_tree(root, manifest)
+            if shape == "single-stage-ar" and upstream is not None:
+                tree.upstream = upstream
+                problems = upstream_problems(tree.models[0], upstream)
+                if problems:
+                    raise _Fault(StageFault("upstream_mismatch", 0, "upstream contract", "; ".join(problems),
+                                            manifest["files"].get("model:" + _model_rel(manifest))))
             facts.seam = str(getattr(tree.seam, "SEAM", "?"))
             facts.seam_detail = str(getattr(tree.seam, "SEAM_DETAIL", ""))
             facts.attention = str(getattr(tree.seam, "ATTENTION", ""))

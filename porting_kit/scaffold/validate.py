@@ -1235,6 +1235,9 @@ def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None =
 #:                           contract (per-row outputs, codebook-major codes, left context,
 #:                           samples = frames x hop length)
 #: ``run.no_audio``          a request finished without a single audio sample
+#: ``run.upstream_mismatch`` the real single-stage upstream lacks an attribute the model reads, or its
+#:                           ``inference_stream`` has no parameter for a request field / requires one
+#:                           the model never passes
 #: ``rng.crosstalk``         a batched request's audio differs from its solo run
 #: ``rng.generator_leak``    per-request state (generators, KV cache) left after finish / abort
 #: ``skip``                  SGLang-Omni scaffolds: no SGLang-Omni driver
@@ -1245,6 +1248,9 @@ RUN_HINTS = {
     "run.handoff_shape": "Make producer, processor and consumer agree: stage 0 emits one row per request "
                          "(codes.audio (rows, NUM_CODEBOOKS)), the processor sends 1-D codebook-major codes "
                          "with meta.left_context_size, stage 1 returns one model_outputs entry per request.",
+    "run.upstream_mismatch": "Make the generated model fit the real upstream: map each request field onto an "
+                             "inference_stream parameter in STREAM_ARGS (or stop accepting the field in the "
+                             "adapter), pass every required parameter, read only attributes upstream has.",
     "run.no_audio": "Every request must end with audio: check the stop ids, the processor's final chunk "
                     "(is_finished) and the codec's model_outputs.",
 }
@@ -1275,7 +1281,8 @@ def run_findings(facts) -> list[Finding]:
     out: list[Finding] = []
     f = facts.fault
     if f is not None:
-        code = {"exception": "run.stage_exception", "handoff_shape": "run.handoff_shape"}.get(f.kind, "run.no_audio")
+        code = {"exception": "run.stage_exception", "handoff_shape": "run.handoff_shape",
+                "upstream_mismatch": "run.upstream_mismatch"}.get(f.kind, "run.no_audio")
         at = f" ({f.file}:{f.line})" if f.file else ""
         out.append(_run_finding(code, "fail", f"Stage {f.stage}, {f.where}{at}: {f.message}", (f.file, f.line),
                                 stage=f.stage, call=f.where, file=f.file, line=f.line, **common))
