@@ -36,6 +36,8 @@ code                                meaning
                                     name, stage edge (``to_stage_N``), connector ``extra``
                                     chunk key or SGLang factory name written under one
                                     name and read under another
+``consistency.head_width``          a per-codebook head of the stage-0 model is not as wide
+                                    as the codec vocabulary (``codebook_size``)
 ``consistency.ok``                  none of these
 ==================================  =====================================================
 
@@ -818,6 +820,29 @@ def check_stop_ids(root: Path, manifest: dict[str, Any], pipeline_rel: str, mode
     return out
 
 
+def check_head_widths(root: Path, manifest: dict[str, Any], model_rel: str | None) -> list[Finding]:
+    """``consistency.head_width``: a per-codebook head of the stage-0 model is not as wide as the codec
+    vocabulary (``codebook_size`` of the config / the codec's own config): wider heads sample ids the
+    codec cannot look up (a text vocabulary taken for the codec's), narrower ones never emit some codes."""
+    from porting_kit.scaffold import crossfile as xf
+
+    size = (manifest.get("facts") or {}).get("codebook_size")
+    tree = _tree(root, model_rel)
+    if not isinstance(size, int) or tree is None:
+        return []
+    src = xf.Site((manifest.get("fact_sources") or {}).get("codebook_size", "config.json codebook_size"))
+    wrong = [w for w in xf.per_codebook_heads(tree, model_rel) if w.value != size]
+    if not wrong:
+        return []
+    w = wrong[0]
+    return [_c("consistency.head_width", "fail",
+               f"{w.site}: the per-codebook heads are {w.value} wide but {src}: the codec has {size} codes per "
+               f"codebook (valid ids 0..{size - 1}); "
+               + ("ids above it cannot be decoded" if w.value > size else "some codes can never be sampled"),
+               w.site, src, f"Size the per-codebook heads to the codec vocabulary ({size}).",
+               head_width=w.value, codebook_size=size, heads=len(wrong))]
+
+
 def check_fields_reach_stage(root: Path, adapter_rel: str, model_rels: list[str]) -> list[Finding]:
     """``consistency.field_dropped``: a request field (ref_text, ref_audio, voice/speaker, language,
     instructions) the adapter's ``build()`` reads either is not forwarded, or is forwarded under
@@ -887,6 +912,7 @@ def consistency_tier(root: Path, manifest: dict[str, Any]) -> list[Finding]:
     ``consistency.field_dropped``   a request field the adapter reads never reaches the stage
     ``consistency.key_mismatch``    payload / connector / stage / chunk keys written under one
                                     name and read under another
+    ``consistency.head_width``      a per-codebook head is not as wide as the codec vocabulary
     ``consistency.ok``              none of these
     ==============================  ==========================================================
 
@@ -922,6 +948,7 @@ def consistency_tier(root: Path, manifest: dict[str, Any]) -> list[Finding]:
             proc = files.get("processor")
             if model and code2wav and proc:
                 out += check_handoff_shape(root, model, proc, code2wav)
+                out += check_head_widths(root, manifest, model)
                 out += check_payload_keys(root, model, proc, code2wav)
                 proc_tree = _tree(root, proc)
                 processor_reads = xf.connector_extra_reads(proc_tree, proc) if proc_tree is not None else []
