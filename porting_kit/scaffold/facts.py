@@ -395,14 +395,18 @@ def _ratio_hop(doc: dict, label: str) -> Fact | None:
     """Hop length as the product of the decoder's up-sampling ratios. Where one sub-config holds
     several ratio lists (Qwen3-TTS's codec decoder: ``upsample_rates`` [8, 5, 4, 3] then
     ``upsampling_ratios`` [2, 2]), the stages are chained: the product of all of them."""
-    ratios = _find(doc, RATIO_KEYS, _is_int_list)
-    if ratios is None:
+    def parents(d: dict, path: str, depth: int):
+        yield d, path, depth
+        for k, v in d.items():
+            if isinstance(v, dict):
+                yield from parents(v, f"{path}.{k}" if path else str(k), depth + 1)
+
+    hits = [(min(RATIO_KEYS.index(k) for k in RATIO_KEYS if _is_int_list(d.get(k))), depth, path, d)
+            for d, path, depth in parents(doc, "", 0) if any(_is_int_list(d.get(k)) for k in RATIO_KEYS)]
+    if not hits:
         return None
-    parent_path = ratios.source.rpartition(".")[0]
-    parent = doc
-    for part in parent_path.split(".") if parent_path else ():
-        parent = parent[part]
-    lists = [(k, parent[k]) for k in RATIO_KEYS if _is_int_list(parent.get(k))]
+    _, _, parent_path, parent = min(hits, key=lambda h: (h[0], h[1]))
+    lists = [(k, v) for k, v in parent.items() if k in RATIO_KEYS and _is_int_list(v)]  # in the file's order
     total = math.prod(math.prod(v) for _, v in lists)
     where = " x ".join(f"{(parent_path + '.') if parent_path else ''}{k} {v}" for k, v in lists)
     return Fact(total, f"{label}product of {where}")

@@ -1359,7 +1359,7 @@ def run_findings(facts) -> list[Finding]:
     return out
 
 
-def run_tier(root: Path, manifest: dict, *, device: str = "cpu") -> list[Finding]:
+def run_tier(root: Path, manifest: dict, *, device: str = "cpu", upstream: Any = None) -> list[Finding]:
     """The run tier of one scaffold: drive its generated pipeline end to end.
 
     Parameters
@@ -1370,6 +1370,9 @@ def run_tier(root: Path, manifest: dict, *, device: str = "cpu") -> list[Finding
         Its manifest (``framework``, ``shape``, ``model_type``).
     device : str, default "cpu"
         ``"cuda"`` runs the stage models on the GPU.
+    upstream : object, optional
+        The single-stage shape's real upstream model; its attributes and ``inference_stream``
+        signature are checked first (``run.upstream_mismatch``). Default: a stand-in.
 
     Returns
     -------
@@ -1388,7 +1391,7 @@ def run_tier(root: Path, manifest: dict, *, device: str = "cpu") -> list[Finding
         return [Finding("run", "run.skipped", "skip", "run tier: torch is not installed.", {}, Where(), "")]
     from porting_kit.scaffold.run import run_pipeline
 
-    return run_findings(run_pipeline(Path(root), manifest, device=device))
+    return run_findings(run_pipeline(Path(root), manifest, device=device, upstream=upstream))
 
 
 # -- the GPU tier ----------------------------------------------------------------------------
