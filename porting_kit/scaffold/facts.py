@@ -49,6 +49,15 @@ CODEC_CONFIG_DIRS = ("speech_tokenizer", "audio_tokenizer", "codec", "tokenizer_
 #: Sub-configs of config.json that describe the codec (where a codec's ``sliding_window`` is the
 #: decoder's attention window, not the LM's).
 CODEC_SUBCONFIG_KEYS = ("codec_config", "audio_tokenizer_config", "speech_tokenizer_config", "audio_codec_config")
+#: Keys that declare speaker / reference-audio conditioning (a speaker encoder, x-vectors, a reference clip).
+SPEAKER_KEYS = ("speaker_encoder_config", "speaker_encoder", "spk_encoder_config", "voice_encoder_config",
+                "speaker_embedding_dim", "spk_embed_dim", "x_vector_dim", "use_speaker_embedding",
+                "ref_audio_config", "reference_audio_config", "prompt_audio_config")
+#: Keys of a codec / audio VAE that can encode audio: a reference clip can become prompt codes / latents.
+CODEC_ENCODER_KEYS = ("encoder_config", "encoder_rates", "encode_downsample_rate", "encoder_dim")
+#: Sub-configs where a codec / VAE encoder is looked for (besides the codec's own config.json).
+AUDIO_SUBCONFIG_KEYS = (*("codec_config", "audio_tokenizer_config", "speech_tokenizer_config", "audio_codec_config"),
+                        "audio_vae_config", "vae_config")
 #: Keys naming a separate codec checkpoint (a Hub id or path), as MOSS-TTS-Nano's
 #: ``audio_tokenizer_pretrained_name_or_path``.
 CODEC_CHECKPOINT_KEYS = ("audio_tokenizer_pretrained_name_or_path", "codec_pretrained_name_or_path",
@@ -134,6 +143,11 @@ class ModelFacts:
     codec_checkpoint : Fact or None
         A separate codec checkpoint (Hub id or path) named in config.json
         (:data:`CODEC_CHECKPOINT_KEYS`).
+    conditioning : Fact or None
+        Speaker / reference-audio conditioning the config declares: ``"speaker encoder"`` (a
+        :data:`SPEAKER_KEYS` key: the reference clip is required input of the model) or
+        ``"prompt codes"`` (the codec / audio VAE has an encoder, :data:`CODEC_ENCODER_KEYS`: a
+        reference clip can be encoded into the prompt). The source names the key.
     ambiguities : list of str
         One line per fact where another key with a different value could be meant
         ("vocab_size 151936 read from talker_config.vocab_size; codec_config.codebook_size 2048 ...").
@@ -166,6 +180,7 @@ class ModelFacts:
     codec_config_path: str | None = None
     codec_left_context: Fact | None = None
     codec_checkpoint: Fact | None = None
+    conditioning: Fact | None = None
     ambiguities: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -371,6 +386,7 @@ def read_model_facts(path: str | Path) -> ModelFacts:
         facts.auto_class = next((c for c in ("AutoModelForCausalLM", "AutoModelForTextToWaveform", "AutoModel")
                                  if c in doc["auto_map"]), None)
     facts.ambiguities = _ambiguities(facts, doc, codec_doc, codec_name)
+    facts.conditioning = _conditioning(doc, codec_doc, codec_name)
     read_generation_facts(facts, doc, p.parent / "generation_config.json")
     h, n_layers = facts.value("hidden_size"), facts.value("num_hidden_layers")
     if h and n_layers:
@@ -443,6 +459,26 @@ def _codec_window(doc: dict, codec_doc: dict | None, codec_name: str) -> Fact | 
             hit = _find(doc[name], ("sliding_window",), _is_pos_int)
             if hit is not None:
                 return Fact(hit.value, f"{name}.{hit.source}")
+    return None
+
+
+def _conditioning(doc: dict, codec_doc: dict | None, codec_name: str) -> Fact | None:
+    """Speaker conditioning first (a declared speaker encoder), then prompt codes (a codec encoder)."""
+    def declared(v: Any) -> bool:
+        return (isinstance(v, dict) and bool(v)) or v is True or _is_pos_int(v) or (isinstance(v, str) and bool(v))
+
+    hit = _find(doc, SPEAKER_KEYS, declared)
+    if hit is not None:
+        return Fact("speaker encoder", hit.source)
+    if codec_doc is not None:
+        hit = _find(codec_doc, CODEC_ENCODER_KEYS, declared)
+        if hit is not None:
+            return Fact("prompt codes", f"{codec_name}/config.json {hit.source}")
+    for name in AUDIO_SUBCONFIG_KEYS:
+        if isinstance(doc.get(name), dict):
+            hit = _find(doc[name], CODEC_ENCODER_KEYS, declared)
+            if hit is not None:
+                return Fact("prompt codes", f"{name}.{hit.source}")
     return None
 
 

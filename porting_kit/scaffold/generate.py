@@ -58,6 +58,20 @@ STAGE_FIELDS = {
     "two-stage": (),
     "native-ar": (),
 }
+#: Request fields a model that declares speaker / reference-audio conditioning reads on top of its shape's.
+CONDITIONING_FIELDS = ("ref_audio", "ref_text")
+
+
+def stage_fields(shape: str, facts: ModelFacts) -> tuple[str, ...]:
+    """The request fields the stage model reads: the shape's :data:`STAGE_FIELDS`, plus
+    ``ref_audio`` / ``ref_text`` when the config declares conditioning (``facts.conditioning``:
+    a speaker encoder, or a codec encoder that turns a reference clip into prompt codes)."""
+    fields = STAGE_FIELDS[shape]
+    if facts.conditioning is not None:
+        fields += tuple(f for f in CONDITIONING_FIELDS if f not in fields)
+    return fields
+
+
 #: Card the default ``gpu_memory_utilization`` is sized for (CI's smallest, L4).
 SIZING_CARD_GIB = 24.0
 
@@ -557,7 +571,9 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         codec_checkpoint=facts.value("codec_checkpoint"),
         codec_checkpoint_source=one_line(facts.codec_checkpoint.source) if facts.codec_checkpoint else "",
         upstream_auto_class=facts.auto_class or "AutoModel",
-        stage_fields=STAGE_FIELDS[opts.shape],
+        stage_fields=stage_fields(opts.shape, facts),
+        conditioning=facts.value("conditioning"),
+        conditioning_source=one_line(facts.conditioning.source) if facts.conditioning else "",
     )
     return _Context(values)
 
@@ -780,6 +796,9 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         | ({"generation_eos_token_ids": facts.generation_eos.source} if facts.generation_eos else {}),
         "trust_remote_code": bool(opts.trust_remote_code),
         "ambiguities": list(facts.ambiguities),
+        "conditioning": ({"kind": facts.conditioning.value, "source": facts.conditioning.source}
+                         if facts.conditioning else None),
+        "stage_fields": list(ctx["stage_fields"]),
     }
     if ctx["stop_token_ids"] != facts.value("stop_token_ids"):  # a deliberate choice (native-ar stop flag)
         manifest["facts"]["stop_token_ids"] = ctx["stop_token_ids"]

@@ -175,6 +175,8 @@ class _Tree:
     config_dir: Path | None = None
     #: The single-stage shape's upstream model (None: :class:`StandInUpstream`).
     upstream: Any = None
+    #: Requests carry ``ref_audio`` / ``ref_text`` (the scaffold's stage fields include them).
+    reference: bool = False
 
 
 def _func_name(node: ast.expr) -> str | None:
@@ -434,6 +436,7 @@ class _Pipeline:
         from porting_kit.adapters.vllm_omni.engine import PagedKV, StageEngine
 
         self.tree, self.shape, self.device, self.async_chunk, self.facts = tree, shape, device, async_chunk, facts
+        self.reference = tree.reference
         stop = tree.stages[0].get("sampling_constraints", {}).get("stop_token_ids") or []
         paged = None
         if tree.real_config is not None and shape != "single-stage-ar":
@@ -480,6 +483,11 @@ class _Pipeline:
         from porting_kit.adapters.vllm_omni.engine import PROMPT_TOKEN_ID, StageRequest
 
         info = {"text": [text], "seed": [seed], "global_request_id": [rid]}
+        if self.reference:  # voice cloning: a reference clip and its transcript, distinct per request
+            import numpy as np
+
+            clip = np.sin(np.linspace(0.0, 3.0 * (1 + len(text) % 5), 160 + 7 * len(text))).astype(np.float32)
+            info |= {"ref_audio": [[clip, 16000]], "ref_text": [f"reference for {text}"]}
         self.requests[rid] = _Request(rid, info)
         self.engines[0].add(StageRequest(rid, [PROMPT_TOKEN_ID], info, max_tokens=max_tokens))
 
@@ -675,6 +683,7 @@ def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "c
     try:
         with preserved_rng_state():
             tree = _load_tree(root, manifest)
+            tree.reference = "ref_audio" in (manifest.get("stage_fields") or ()) and shape != "single-stage-ar"
             if shape == "single-stage-ar" and upstream is not None:
                 tree.upstream = upstream
                 problems = upstream_problems(tree.models[0], upstream)

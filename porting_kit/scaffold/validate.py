@@ -31,7 +31,9 @@ code                                meaning
                                     model file's ``STOP_TOKEN_IDS`` / the deploy's
 ``consistency.field_dropped``       a request field the adapter reads (ref_text, ref_audio,
                                     voice/speaker, language) is not forwarded, or no
-                                    file of the entry stage reads its key
+                                    file of the entry stage reads its key; or the config
+                                    declares speaker conditioning and ref_audio is never
+                                    forwarded (warn for prompt codes only)
 ``consistency.key_mismatch``        a payload key (``meta.left_context_size``), connector
                                     name, stage edge (``to_stage_N``), connector ``extra``
                                     chunk key or SGLang factory name written under one
@@ -843,6 +845,31 @@ def check_head_widths(root: Path, manifest: dict[str, Any], model_rel: str | Non
                head_width=w.value, codebook_size=size, heads=len(wrong))]
 
 
+def check_conditioning_forwarded(root: Path, manifest: dict[str, Any], adapter_rel: str) -> list[Finding]:
+    """``consistency.field_dropped`` for voice cloning: the config declares speaker / reference-audio
+    conditioning (manifest ``conditioning``) but the adapter's ``build()`` never forwards ``ref_audio``
+    (it refuses it, or drops it). Fail for a declared speaker encoder (the model needs the clip), warn
+    for prompt codes (a codec encoder: cloning is possible, not required)."""
+    from porting_kit.scaffold import crossfile as xf
+
+    cond = manifest.get("conditioning")
+    tree = _tree(root, adapter_rel)
+    if not isinstance(cond, dict) or tree is None:
+        return []
+    forwarded = {f.field for f in xf.adapter_forwarded_fields(tree, adapter_rel) if f.info_key}
+    if "ref_audio" in forwarded:
+        return []
+    build = next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and n.name == "build"),
+                 None)
+    site, src = xf.Site(adapter_rel, build), xf.Site(f"config.json {cond.get('source')}")
+    status = "fail" if cond.get("kind") == "speaker encoder" else "warn"
+    return [_c("consistency.field_dropped", status,
+               f"{src}: the config declares {cond.get('kind')} conditioning but {site}: build() never forwards "
+               "request.ref_audio, so a voice-cloning request cannot reach the model", src, site,
+               "Forward ref_audio (and ref_text) into additional_information and read them in the stage model.",
+               field="ref_audio", conditioning=cond.get("kind"))]
+
+
 def check_fields_reach_stage(root: Path, adapter_rel: str, model_rels: list[str]) -> list[Finding]:
     """``consistency.field_dropped``: a request field (ref_text, ref_audio, voice/speaker, language,
     instructions) the adapter's ``build()`` reads either is not forwarded, or is forwarded under
@@ -962,6 +989,7 @@ def consistency_tier(root: Path, manifest: dict[str, Any]) -> list[Finding]:
         out += check_stop_ids(root, manifest, files["pipeline"], model, files["deploy"])
         if model:
             out += check_fields_reach_stage(root, files["adapter"], [model])
+        out += check_conditioning_forwarded(root, manifest, files["adapter"])
     if not any(f.status == "fail" for f in out):
         out.append(Finding("consistency", "consistency.ok", "pass",
                            f"{manifest['model_type']}: the generated files agree ({checked})",

@@ -319,3 +319,69 @@ def test_request_fields_reach_upstream_under_its_own_names(tmp_path):
     wav, rate = sf.read(kwargs["prompt_audio_path"])
     assert rate == 16000 and len(wav) == 3
     Path(kwargs["prompt_audio_path"]).unlink()
+
+
+# -- voice cloning / speaker conditioning (issue 31 point 6) ----------------------------------
+def _adapter(out: Path, m: str) -> Path:
+    return out / f"vllm_omni/entrypoints/openai/tts_adapters/{m}.py"
+
+
+@pytest.mark.parametrize("config,codec,shape,kind", [
+    (QWEN3_TTS, QWEN3_TTS_CODEC, "two-stage", "speaker encoder"),
+    (VOXCPM2, None, "native-ar", "prompt codes"),
+])
+def test_declared_conditioning_reaches_the_model(tmp_path, config, codec, shape, kind):
+    m = "cloned"
+    out = _scaffold(_folder(tmp_path, "c", config, codec), tmp_path / "o", shape, m)
+    man = load_manifests(out)[0]
+    assert man["conditioning"]["kind"] == kind and {"ref_audio", "ref_text"} <= set(man["stage_fields"])
+    adapter = _adapter(out, m).read_text()
+    assert 'info["ref_audio"] = [[wav, sample_rate]]' in adapter and "not supported by this model" not in adapter
+    model = _text(out, f"vllm_omni/model_executor/models/{m}/modeling_{m}.py")
+    assert "self.speaker_encoder(reference" in model and 'info.get("ref_text")' in model
+    assert [f.code for f in consistency_tier(out, man)] == ["consistency.ok"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config,codec,shape", [(QWEN3_TTS, QWEN3_TTS_CODEC, "two-stage"), (VOXCPM2, None, "native-ar")])
+def test_run_tier_sends_reference_audio_through_the_model(tmp_path, config, codec, shape):
+    """Every run-tier request carries a reference clip and transcript; the model conditions on them and
+    the requests stay isolated (no rng.crosstalk)."""
+    out = _scaffold(_folder(tmp_path, "c", config, codec), tmp_path / "o", shape, "cloned")
+    findings = run_tier(out, load_manifests(out)[0])
+    assert [f.code for f in findings] == ["run.ok"], [(f.code, f.message) for f in findings]
+
+
+def test_no_conditioning_keeps_refusing_reference_audio(tmp_path):
+    out = _scaffold(_folder(tmp_path, "c", MOSS_TTS_NANO | {"n_vq": 8}), tmp_path / "o", "two-stage", "plain")
+    man = load_manifests(out)[0]
+    assert man["conditioning"] is None and "ref_audio" not in man["stage_fields"]
+    assert "ref_audio / ref_text are not supported by this model yet" in _adapter(out, "plain").read_text()
+
+
+@pytest.mark.parametrize("config,codec,shape,status", [
+    (QWEN3_TTS, QWEN3_TTS_CODEC, "two-stage", "fail"),  # a declared speaker encoder needs the clip
+    (VOXCPM2, None, "native-ar", "warn"),  # a codec encoder makes cloning possible, not required
+])
+def test_adapter_that_refuses_reference_audio_is_named(tmp_path, config, codec, shape, status):
+    """Plant today's refusing adapter (scaffolded from the config without the conditioning keys)."""
+    m = "cloned"
+    out = _scaffold(_folder(tmp_path, "c", config, codec), tmp_path / "o", shape, m)
+    bare = {k: v for k, v in config.items() if k not in ("speaker_encoder_config", "audio_vae_config")}
+    plain = _scaffold(_folder(tmp_path, "p", bare), tmp_path / "p_out", shape, m)
+    _adapter(out, m).write_text(_adapter(plain, m).read_text())
+    findings = [f for f in consistency_tier(out, load_manifests(out)[0]) if f.code == "consistency.field_dropped"]
+    (f,) = [f for f in findings if f.evidence.get("conditioning")]
+    assert f.status == status and f.evidence["field"] == "ref_audio"
+    assert f"tts_adapters/{m}.py" in f.message and ("speaker_encoder_config" in f.message or "audio_vae_config"
+                                                     in f.message)
+
+
+def test_model_that_ignores_reference_audio_is_named(tmp_path):
+    m = "cloned"
+    out = _scaffold(_folder(tmp_path, "c", QWEN3_TTS, QWEN3_TTS_CODEC), tmp_path / "o", "two-stage", m)
+    path = out / f"vllm_omni/model_executor/models/{m}/modeling_{m}.py"
+    path.write_text(path.read_text().replace('info.get("ref_audio")', 'info.get("reference_clip")'))
+    findings = consistency_tier(out, load_manifests(out)[0])
+    (f,) = [f for f in findings if f.code == "consistency.field_dropped"]
+    assert f.status == "fail" and f.evidence == {**f.evidence, "field": "ref_audio", "key": "ref_audio"}
