@@ -143,6 +143,10 @@ class ModelFacts:
     codec_checkpoint : Fact or None
         A separate codec checkpoint (Hub id or path) named in config.json
         (:data:`CODEC_CHECKPOINT_KEYS`).
+    special_tokens : dict of str to Fact
+        Token ids the model's prompt is built from (``tts_bos_token_id``, ``codec_pad_id``,
+        ``im_start_token_id`` ...): every int ``*_token_id`` / ``*_id`` key of the top level and of
+        the LM sub-config, by key name.
     conditioning : Fact or None
         Speaker / reference-audio conditioning the config declares: ``"speaker encoder"`` (a
         :data:`SPEAKER_KEYS` key: the reference clip is required input of the model) or
@@ -181,6 +185,7 @@ class ModelFacts:
     codec_left_context: Fact | None = None
     codec_checkpoint: Fact | None = None
     conditioning: Fact | None = None
+    special_tokens: dict[str, Fact] = field(default_factory=dict)
     ambiguities: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -387,6 +392,11 @@ def read_model_facts(path: str | Path) -> ModelFacts:
                                  if c in doc["auto_map"]), None)
     facts.ambiguities = _ambiguities(facts, doc, codec_doc, codec_name)
     facts.conditioning = _conditioning(doc, codec_doc, codec_name)
+    for prefix, sub in (("", doc), (f"{lm_name}.", doc.get(lm_name) if lm_name else None)):
+        for key, value in (sub or {}).items():
+            if (key.endswith("_token_id") or key.endswith("_id")) and isinstance(value, int) \
+                    and not isinstance(value, bool) and value >= 0 and key.isidentifier():
+                facts.special_tokens.setdefault(key, Fact(value, prefix + key))
     read_generation_facts(facts, doc, p.parent / "generation_config.json")
     h, n_layers = facts.value("hidden_size"), facts.value("num_hidden_layers")
     if h and n_layers:

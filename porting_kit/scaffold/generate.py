@@ -568,6 +568,7 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         codebook_size=codebook_size or head_vocab, head_vocab=head_vocab, lm_subconfigs=LM_SUBCONFIG_KEYS,
         left_context_frames=left.value if left else DEFAULT_LEFT_CONTEXT_FRAMES,
         left_context_source=one_line(left.source) if left else "not in the codec config: a placeholder; set it",
+        special_tokens=[(k, f.value, one_line(f.source)) for k, f in sorted(facts.special_tokens.items())],
         codec_checkpoint=facts.value("codec_checkpoint"),
         codec_checkpoint_source=one_line(facts.codec_checkpoint.source) if facts.codec_checkpoint else "",
         upstream_auto_class=facts.auto_class or "AutoModel",
