@@ -110,6 +110,10 @@ class ScaffoldOptions:
         Write ``trust_remote_code: true`` into the deploy YAML. Only ever set by the
         user (``--trust-remote-code``); a config with ``auto_map`` gets a note
         offering it, never the setting.
+    upstream_package : str or Path or None
+        The upstream package's wheel / unpacked folder (``--upstream-package``): when its pins
+        allow an import the scaffold says so; when they do not, its codec / config files are
+        vendored under the model folder's ``_vendored/`` (:mod:`porting_kit.scaffold.vendor`).
     """
 
     framework: str
@@ -124,6 +128,7 @@ class ScaffoldOptions:
     max_num_seqs: int | None = None
     serial_reason: str | None = None
     trust_remote_code: bool = False
+    upstream_package: str | Path | None = None
 
 
 @dataclass
@@ -779,6 +784,19 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         files.append(PlannedFile("REGISTRATION.md", _registration_doc(ctx), "doc"))
     edits = _registration_edits(root, ctx) if (into and opts.framework == "vllm-omni") else []
 
+    vendored = None
+    if opts.upstream_package is not None and opts.framework == "vllm-omni":
+        from porting_kit.scaffold.vendor import plan_vendoring, vendored_texts
+
+        plan = plan_vendoring(opts.upstream_package)
+        vendored = {"decision": plan.decision, "reason": plan.reason(), "package": plan.package,
+                    "version": plan.version}
+        if plan.decision == "vendor":
+            texts, record = vendored_texts(opts.upstream_package, plan)
+            base = f"vllm_omni/model_executor/models/{opts.model_type}/_vendored"
+            files += [PlannedFile(f"{base}/{rel}", text, "vendored") for rel, text in texts.items()]
+            vendored |= {"folder": base, "files": record["files"],
+                         "patches_needed": sum(p["after"] is None for p in record["patches"])}
     manifest_rel = f"{MANIFEST_DIR}/scaffold-{opts.model_type}.json"
     manifest = {
         "schema": "porting-kit/scaffold/1", "framework": opts.framework, "shape": opts.shape,
@@ -800,6 +818,7 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         "conditioning": ({"kind": facts.conditioning.value, "source": facts.conditioning.source}
                          if facts.conditioning else None),
         "stage_fields": list(ctx["stage_fields"]),
+        "upstream_package": vendored,
     }
     if ctx["stop_token_ids"] != facts.value("stop_token_ids"):  # a deliberate choice (native-ar stop flag)
         manifest["facts"]["stop_token_ids"] = ctx["stop_token_ids"]
@@ -845,6 +864,9 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         result.notes.append(f"config.json sets RoPE scaling ({facts.rope_scaling.source} = "
                             f"{dict(facts.rope_scaling.value)}): the port must apply it (porting-kit check: rope)")
     result.notes += [f"ambiguous config field: {a}" for a in facts.ambiguities]
+    if vendored is not None:
+        where = f" into {vendored['folder']} (see VENDORED.json)" if vendored["decision"] == "vendor" else ""
+        result.notes.append(f"upstream package: {vendored['reason']}{where}")
     for name in ("sample_rate", "hop_length", "num_codebooks", "stop_token_ids"):
         if getattr(facts, name) is None:
             result.notes.append(f"{name} not found in {facts.config_path}: a placeholder was written; set it")
