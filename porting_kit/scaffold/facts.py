@@ -418,7 +418,8 @@ def _find_lm(doc: dict, lm_name: str | None, key: str, accept) -> Fact | None:
 
 
 def _ratio_hop(doc: dict, label: str) -> Fact | None:
-    """Hop length as the product of the decoder's up-sampling ratios. Where one sub-config holds
+    """Hop length as the product of the decoder's up-sampling ratios (a sub-config named ``*decoder*``
+    first, one named ``*encoder*`` last). Where one sub-config holds
     several ratio lists (Qwen3-TTS's codec decoder: ``upsample_rates`` [8, 5, 4, 3] then
     ``upsampling_ratios`` [2, 2]), the stages are chained: the product of all of them."""
     def parents(d: dict, path: str, depth: int):
@@ -427,11 +428,15 @@ def _ratio_hop(doc: dict, label: str) -> Fact | None:
             if isinstance(v, dict):
                 yield from parents(v, f"{path}.{k}" if path else str(k), depth + 1)
 
-    hits = [(min(RATIO_KEYS.index(k) for k in RATIO_KEYS if _is_int_list(d.get(k))), depth, path, d)
+    def side(path: str) -> int:  # the decoder's ratios make the output hop; an encoder's never do
+        last = path.rpartition(".")[2].lower()
+        return 0 if "decoder" in last else 2 if "encoder" in last else 1
+
+    hits = [(side(path), min(RATIO_KEYS.index(k) for k in RATIO_KEYS if _is_int_list(d.get(k))), depth, path, d)
             for d, path, depth in parents(doc, "", 0) if any(_is_int_list(d.get(k)) for k in RATIO_KEYS)]
     if not hits:
         return None
-    _, _, parent_path, parent = min(hits, key=lambda h: (h[0], h[1]))
+    *_, parent_path, parent = min(hits, key=lambda h: h[:3])
     lists = [(k, v) for k, v in parent.items() if k in RATIO_KEYS and _is_int_list(v)]  # in the file's order
     total = math.prod(math.prod(v) for _, v in lists)
     where = " x ".join(f"{(parent_path + '.') if parent_path else ''}{k} {v}" for k, v in lists)

@@ -385,3 +385,35 @@ def test_model_that_ignores_reference_audio_is_named(tmp_path):
     findings = consistency_tier(out, load_manifests(out)[0])
     (f,) = [f for f in findings if f.code == "consistency.field_dropped"]
     assert f.status == "fail" and f.evidence == {**f.evidence, "field": "ref_audio", "key": "ref_audio"}
+
+
+# -- property: the codec's own config decides, whatever its layout -------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ratios = st.lists(st.integers(2, 8), min_size=1, max_size=4)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(up=_ratios, extra=_ratios, enc=_ratios, window=st.integers(1, 400), enc_window=st.integers(1, 400),
+       lm_window=st.integers(1, 8192), rate=st.sampled_from([16000, 22050, 24000, 44100, 48000]),
+       in_rate=st.sampled_from([8000, 16000]), size=st.integers(16, 4096), encoder_first=st.booleans())
+def test_codec_config_facts_hold_for_any_layout(tmp_path_factory, up, extra, enc, window, enc_window, lm_window,
+                                               rate, in_rate, size, encoder_first):
+    """Hop = the product of every up-sampling list of the codec decoder (never the encoder's), the left
+    context = the decoder's window (never the encoder's or the LM's), the output rate over the input."""
+    codec = {"input_sample_rate": in_rate, "output_sample_rate": rate,
+             "encoder_config": {"upsampling_ratios": enc, "sliding_window": enc_window, "codebook_size": size},
+             "decoder_config": {"codebook_size": size, "sliding_window": window, "upsample_rates": up,
+                                "upsampling_ratios": extra}}
+    if encoder_first:  # key order must not decide
+        codec = {"encoder_config": codec.pop("encoder_config"), **codec}
+    config = {"talker_config": {"vocab_size": size + 8, "hidden_size": 64, "num_hidden_layers": 2,
+                                "sliding_window": lm_window, "num_code_groups": 4, "codec_eos_token_id": size + 1}}
+    facts = read_model_facts(_folder(tmp_path_factory.mktemp("p"), "c", config, codec))
+    prod = 1
+    for r in (*up, *extra):
+        prod *= r
+    assert facts.hop_length.value == prod and "decoder_config" in facts.hop_length.source
+    assert facts.codec_left_context.value == window and "decoder_config" in facts.codec_left_context.source
+    assert facts.sample_rate.value == rate and facts.codebook_size.value == size
