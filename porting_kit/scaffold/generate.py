@@ -429,6 +429,22 @@ def _template_facts(facts: ModelFacts) -> ModelFacts:
     return safe
 
 
+def _upstream_source(facts: ModelFacts) -> dict | None:
+    """The remote-code file and class ``auto_map`` names for the upstream model (``"modeling_x.Cls"`` ->
+    ``<config folder>/modeling_x.py``), for the run tier to read (never run) its signatures."""
+    if not facts.auto_map or facts.auto_class is None:
+        return None
+    try:
+        ref = json.loads(Path(facts.config_path).read_text(encoding="utf-8"))["auto_map"][facts.auto_class]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    ref = ref[0] if isinstance(ref, list) and ref else ref
+    if not isinstance(ref, str) or "--" in ref or ref.count(".") != 1:
+        return None  # a class in another repository: nothing to read here
+    module, cls = ref.split(".")
+    return {"file": str(Path(facts.config_path).resolve().parent / f"{module}.py"), "class": cls}
+
+
 def _hf_id(opts: ScaffoldOptions, facts: ModelFacts, notes: list[str]) -> str:
     """``--hf-id`` (checked), else the config's ``_name_or_path`` when it is a plain id, else a placeholder."""
     if opts.hf_id is not None:
@@ -819,6 +835,7 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
                          if facts.conditioning else None),
         "stage_fields": list(ctx["stage_fields"]),
         "upstream_package": vendored,
+        "upstream_source": _upstream_source(facts),
     }
     if ctx["stop_token_ids"] != facts.value("stop_token_ids"):  # a deliberate choice (native-ar stop flag)
         manifest["facts"]["stop_token_ids"] = ctx["stop_token_ids"]

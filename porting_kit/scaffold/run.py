@@ -340,6 +340,55 @@ def upstream_problems(module: Any, upstream: Any) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def upstream_from_source(path: Path, class_name: str) -> Any | None:
+    """A stub of the upstream class read from its source, never run: its methods with their
+    signatures (``inspect.signature`` works on them) and the attributes its code sets (``self.x =``,
+    class-level names), for :func:`upstream_problems`. None when the file or class is not there."""
+    import inspect
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
+    if cls is None:
+        return None
+    attrs: dict[str, Any] = {}
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    attrs[t.attr] = None
+                elif isinstance(t, ast.Name):
+                    attrs[t.id] = None
+    P = inspect.Parameter  # noqa: N806
+
+    def signature(fn: ast.FunctionDef) -> inspect.Signature:
+        a = fn.args
+        params = []
+        positional = [*a.posonlyargs, *a.args][1:]  # drop self
+        n_required = len(positional) - len(a.defaults)
+        for i, arg in enumerate(positional):
+            kind = P.POSITIONAL_ONLY if arg in a.posonlyargs else P.POSITIONAL_OR_KEYWORD
+            params.append(P(arg.arg, kind, default=P.empty if i < n_required else None))
+        if a.vararg:
+            params.append(P(a.vararg.arg, P.VAR_POSITIONAL))
+        for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+            params.append(P(arg.arg, P.KEYWORD_ONLY, default=P.empty if default is None else None))
+        if a.kwarg:
+            params.append(P(a.kwarg.arg, P.VAR_KEYWORD))
+        return inspect.Signature(params)
+
+    for fn in cls.body:
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and not fn.name.startswith("__"):
+            def stub(*args: Any, **kwargs: Any) -> Any:
+                raise RuntimeError("read from source, not runnable")
+            stub.__signature__ = signature(fn)  # type: ignore[attr-defined]
+            attrs[fn.name] = staticmethod(stub)
+    return type(class_name, (), attrs)()
+
+
 # -- building ---------------------------------------------------------------------------------
 def _real_vllm_config(device: str, folder: Path) -> Any:
     """A minimal real ``VllmConfig`` for the tiny LM (its config.json written to ``folder``)."""
@@ -690,6 +739,16 @@ def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "c
                 if problems:
                     raise _Fault(StageFault("upstream_mismatch", 0, "upstream contract", "; ".join(problems),
                                             manifest["files"].get("model:" + _model_rel(manifest))))
+            elif shape == "single-stage-ar" and isinstance(manifest.get("upstream_source"), dict):
+                src = manifest["upstream_source"]
+                stub = upstream_from_source(Path(str(src.get("file"))), str(src.get("class")))
+                if stub is not None:  # the checkpoint's own code, read (not run): its signatures must fit
+                    facts.upstream = f"stand-in; signatures checked against {src['file']}"
+                    problems = upstream_problems(tree.models[0], stub)
+                    if problems:
+                        raise _Fault(StageFault(
+                            "upstream_mismatch", 0, f"upstream contract ({src['file']}, read not run)",
+                            "; ".join(problems), manifest["files"].get("model:" + _model_rel(manifest))))
             facts.seam = str(getattr(tree.seam, "SEAM", "?"))
             facts.seam_detail = str(getattr(tree.seam, "SEAM_DETAIL", ""))
             facts.attention = str(getattr(tree.seam, "ATTENTION", ""))

@@ -417,3 +417,37 @@ def test_codec_config_facts_hold_for_any_layout(tmp_path_factory, up, extra, enc
     assert facts.hop_length.value == prod and "decoder_config" in facts.hop_length.source
     assert facts.codec_left_context.value == window and "decoder_config" in facts.codec_left_context.source
     assert facts.sample_rate.value == rate and facts.codebook_size.value == size
+
+
+MOSS_REMOTE_CODE = '''
+class MossTTSNanoForCausalLM(PreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.lm = None
+
+    def inference_stream(self, text, output_audio_path=None, mode="voice_clone", prompt_text=None,
+                         prompt_audio_path=None, text_tokenizer_path=None, audio_tokenizer=None, device=None,
+                         nq=None, max_new_frames=375, do_sample=True, use_kv_cache=True{extra}):
+        raise RuntimeError("never run by porting-kit")
+'''
+
+
+@pytest.mark.parametrize("extra,code", [
+    ("", "run.upstream_mismatch"),
+    (", voice=None, instructions=None, language=None", "run.ok"),
+])
+def test_run_tier_reads_the_checkpoint_remote_code_signature(tmp_path, extra, code):
+    """The checkpoint's own modeling file (auto_map) is read, never run: a request field its
+    inference_stream has no parameter for fails the run tier without any upstream object."""
+    cfg = _folder(tmp_path, "m", MOSS_TTS_NANO)
+    (cfg.parent / "modeling_moss_tts_nano.py").write_text(MOSS_REMOTE_CODE.replace("{extra}", extra))
+    out = _scaffold(cfg, tmp_path / "o", "single-stage-ar", "moss_tts_nano", trust_remote_code=True)
+    man = load_manifests(out)[0]
+    assert man["upstream_source"] == {"file": str((cfg.parent / "modeling_moss_tts_nano.py").resolve()),
+                                      "class": "MossTTSNanoForCausalLM"}
+    findings = run_tier(out, man)
+    assert [f.code for f in findings] == [code], [(f.code, f.message) for f in findings]
+    if code == "run.upstream_mismatch":
+        assert "'voice'" in findings[0].message and "read not run" in findings[0].message
+    else:
+        assert "signatures checked against" in findings[0].evidence["upstream"]
