@@ -881,6 +881,10 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         result.notes.append(f"config.json sets RoPE scaling ({facts.rope_scaling.source} = "
                             f"{dict(facts.rope_scaling.value)}): the port must apply it (porting-kit check: rope)")
     result.notes += [f"ambiguous config field: {a}" for a in facts.ambiguities]
+    if facts.codec_checkpoint is not None and not opts.trust_remote_code and opts.shape == "single-stage-ar":
+        result.notes.append(f"the codec is its own checkpoint ({facts.codec_checkpoint.value!r}, "
+                            f"{facts.codec_checkpoint.source}); it is loaded with trust_remote_code=False: if it "
+                            "ships its own code, rerun with --trust-remote-code")
     if vendored is not None:
         where = f" into {vendored['folder']} (see VENDORED.json)" if vendored["decision"] == "vendor" else ""
         result.notes.append(f"upstream package: {vendored['reason']}{where}")
