@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from porting_kit.scaffold.facts import read_model_facts
 from porting_kit.scaffold.generate import ScaffoldOptions, scaffold
@@ -388,8 +390,6 @@ def test_model_that_ignores_reference_audio_is_named(tmp_path):
 
 
 # -- property: the codec's own config decides, whatever its layout -------------------------------
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _ratios = st.lists(st.integers(2, 8), min_size=1, max_size=4)
 
