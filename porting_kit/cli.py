@@ -421,6 +421,10 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
                                                     help="Write trust_remote_code: true into the deploy YAML "
                                                          "(only ever set by this flag; offered when config.json "
                                                          "has auto_map)."),
+             upstream_package: Path | None = typer.Option(
+                 None, "--upstream-package", metavar="WHEEL_OR_DIR",
+                 help="The upstream package (pip download --no-deps NAME): import it when its pins allow, else "
+                      "vendor its codec / config files with a compatibility-patch list."),
              force: bool = typer.Option(False, "--force", help="Replace differing files, keeping .bak copies.")):
     """Generate the serving framework's files for a port (vLLM-Omni 0.30.0 or SGLang-Omni 0.1.9).
 
@@ -438,7 +442,8 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
         _ask_missing(values, interactive=sys.stdin.isatty())
         result = write_scaffold(ScaffoldOptions(**values, arch=arch, force=force, hf_id=hf_id,
                                                 max_num_seqs=max_num_seqs, serial_reason=serial_reason,
-                                                trust_remote_code=trust_remote_code))
+                                                trust_remote_code=trust_remote_code,
+                                                upstream_package=upstream_package))
         console.print(f"scaffold [bold]{result.framework}[/] / {result.shape} / {escape(result.model_type)} "
                       f"-> {escape(result.root)}")
         for p in result.written:

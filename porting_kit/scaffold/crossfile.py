@@ -131,6 +131,25 @@ def module_ints(tree: ast.Module) -> dict[str, int]:
     return out
 
 
+def per_codebook_heads(tree: ast.Module, rel: str) -> list[Width]:
+    """Output widths of the per-codebook heads a model file builds: every ``Linear(in, out)`` made
+    inside a comprehension (one head per residual codebook), with ``out`` resolved from literals and
+    module constants. Widths computed at run time are left out."""
+    consts = module_ints(tree)
+    out: list[Width] = []
+    for comp in ast.walk(tree):
+        if not isinstance(comp, (ast.GeneratorExp, ast.ListComp)):
+            continue
+        for node in ast.walk(comp.elt):
+            if isinstance(node, ast.Call) and _call_name(node) == "Linear":
+                arg = node.args[1] if len(node.args) > 1 else next(
+                    (k.value for k in node.keywords if k.arg == "out_features"), None)
+                width = eval_int(arg, consts)
+                if width is not None:
+                    out.append(Width(width, Site(rel, node.lineno), "per-codebook head Linear(..., out)"))
+    return out
+
+
 def _const_line(tree: ast.Module, name: str) -> int | None:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from porting_kit.errors import InputError
-from porting_kit.scaffold.facts import Fact, ModelFacts, read_model_facts
+from porting_kit.scaffold.facts import LM_SUBCONFIG_KEYS, Fact, ModelFacts, read_model_facts
 
 FRAMEWORKS = ("vllm-omni", "sglang-omni")
 SHAPES = ("two-stage", "single-stage-ar", "native-ar")
@@ -58,6 +58,20 @@ STAGE_FIELDS = {
     "two-stage": (),
     "native-ar": (),
 }
+#: Request fields a model that declares speaker / reference-audio conditioning reads on top of its shape's.
+CONDITIONING_FIELDS = ("ref_audio", "ref_text")
+
+
+def stage_fields(shape: str, facts: ModelFacts) -> tuple[str, ...]:
+    """The request fields the stage model reads: the shape's :data:`STAGE_FIELDS`, plus
+    ``ref_audio`` / ``ref_text`` when the config declares conditioning (``facts.conditioning``:
+    a speaker encoder, or a codec encoder that turns a reference clip into prompt codes)."""
+    fields = STAGE_FIELDS[shape]
+    if facts.conditioning is not None:
+        fields += tuple(f for f in CONDITIONING_FIELDS if f not in fields)
+    return fields
+
+
 #: Card the default ``gpu_memory_utilization`` is sized for (CI's smallest, L4).
 SIZING_CARD_GIB = 24.0
 
@@ -96,6 +110,10 @@ class ScaffoldOptions:
         Write ``trust_remote_code: true`` into the deploy YAML. Only ever set by the
         user (``--trust-remote-code``); a config with ``auto_map`` gets a note
         offering it, never the setting.
+    upstream_package : str or Path or None
+        The upstream package's wheel / unpacked folder (``--upstream-package``): when its pins
+        allow an import the scaffold says so; when they do not, its codec / config files are
+        vendored under the model folder's ``_vendored/`` (:mod:`porting_kit.scaffold.vendor`).
     """
 
     framework: str
@@ -110,6 +128,7 @@ class ScaffoldOptions:
     max_num_seqs: int | None = None
     serial_reason: str | None = None
     trust_remote_code: bool = False
+    upstream_package: str | Path | None = None
 
 
 @dataclass
@@ -410,6 +429,22 @@ def _template_facts(facts: ModelFacts) -> ModelFacts:
     return safe
 
 
+def _upstream_source(facts: ModelFacts) -> dict | None:
+    """The remote-code file and class ``auto_map`` names for the upstream model (``"modeling_x.Cls"`` ->
+    ``<config folder>/modeling_x.py``), for the run tier to read (never run) its signatures."""
+    if not facts.auto_map or facts.auto_class is None:
+        return None
+    try:
+        ref = json.loads(Path(facts.config_path).read_text(encoding="utf-8"))["auto_map"][facts.auto_class]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    ref = ref[0] if isinstance(ref, list) and ref else ref
+    if not isinstance(ref, str) or "--" in ref or ref.count(".") != 1:
+        return None  # a class in another repository: nothing to read here
+    module, cls = ref.split(".")
+    return {"file": str(Path(facts.config_path).resolve().parent / f"{module}.py"), "class": cls}
+
+
 def _hf_id(opts: ScaffoldOptions, facts: ModelFacts, notes: list[str]) -> str:
     """``--hf-id`` (checked), else the config's ``_name_or_path`` when it is a plain id, else a placeholder."""
     if opts.hf_id is not None:
@@ -433,6 +468,34 @@ def _codec_limit(facts: ModelFacts) -> str | None:
                     "must mask every other id of the LM head, or a sampled id breaks the codec lookup.")
 
 
+#: Left-context frames written when the codec config names no decoder window.
+DEFAULT_LEFT_CONTEXT_FRAMES = 8
+#: The stop flag a native-ar model emits when its own stop head fires (continue is 0): the
+#: sampled token of a native-ar LM is the model's placeholder, never a text token after the prompt.
+NATIVE_AR_STOP_ID = 1
+
+
+def _stop_ids(shape: str, facts: ModelFacts) -> tuple[list[int], str]:
+    """Stage-0 stop token ids and where they came from.
+
+    A codec / audio EOS (``codec_eos_token_id`` ...) is the stop id of every shape. A native-ar model
+    whose config names only the text LM's ``eos_token_id`` (VoxCPM2: ``lm_config.eos_token_id`` 2)
+    stops on its own stop head instead: the model emits :data:`NATIVE_AR_STOP_ID` (vLLM-Omni's
+    VoxCPM2 stops on [1]); the text EOS is never sampled after the prompt.
+    """
+    fact = facts.stop_token_ids
+    text_eos = fact is not None and fact.source.rpartition(".")[2] == "eos_token_id"
+    if shape == "native-ar" and (fact is None or text_eos):
+        why = (f"the model's stop flag (its stop head fires: {NATIVE_AR_STOP_ID}, continue 0)"
+               + (f"; {fact.source} {fact.value} is the text LM's EOS, never sampled after the prompt" if fact else ""))
+        return [NATIVE_AR_STOP_ID], why
+    if fact is not None:
+        return list(fact.value), fact.source
+    if facts.generation_eos is not None:
+        return list(facts.generation_eos.value), facts.generation_eos.source
+    return [2], "not in config.json: set it"
+
+
 @dataclass
 class _Context:
     """Template variables, computed once from options + facts."""
@@ -449,9 +512,14 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
     if not arch.isidentifier() or keyword.iskeyword(arch) or arch.startswith("__") or not arch.isascii():
         raise InputError(f"architecture name {arch!r} is not a usable class name (pass --arch)")
     vocab = int(facts.value("vocab_size", 32000))
-    stop_ids = facts.value("stop_token_ids") or facts.value("generation_eos") or [2]
+    stop_ids, stop_why = _stop_ids(opts.shape, facts)
     if max(stop_ids) >= vocab:
         vocab = max(stop_ids) + 2
+    codebook_size = facts.value("codebook_size")
+    # Code heads: the codec vocabulary. A vocab_size far wider than it is the text vocabulary of a
+    # nested config (facts.ambiguities says so): the first head covers the codes and the stop ids.
+    head_vocab = vocab if not codebook_size or vocab <= 2 * codebook_size else max(codebook_size,
+                                                                                    max(stop_ids) + 1)
     eos = stop_ids[0]
     max_model_len = int(min(facts.value("max_position_embeddings", 4096), 32768))
     util, util_why = size_gpu_memory(facts.param_count)
@@ -499,8 +567,8 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         stage1.append(("max_num_batched_tokens", budget, (
             f"max_num_batched_tokens: a full-payload codec prompt is {codebooks} codebooks x up to "
             f"{max_model_len} frames = {codec_tokens} tokens, above the 32768 default.")))
-    stop_src = one_line(facts.stop_token_ids.source) if facts.stop_token_ids else \
-        facts.generation_eos.source if facts.generation_eos else "not in config.json: set it"
+    stop_src = one_line(stop_why)
+    left = facts.codec_left_context
     values = dict(  # noqa: C408 - keyword form reads as the template variables
         kit_version=__version__, shape=opts.shape, model_type=m, camel=camel, arch=arch,
         const_name=f"{m.upper()}_PIPELINE", facts=_template_facts(facts), fact_lines=_fact_lines(facts),
@@ -518,7 +586,16 @@ def _context(opts: ScaffoldOptions, facts: ModelFacts) -> _Context:
         engine_fraction=min(0.8, util + 0.1), param_note=util_why, notes=notes,
         sampling_knobs=sampling_knobs(facts), codec_limit=_codec_limit(facts),
         trust_remote_code=bool(opts.trust_remote_code), accumulate_nonstreaming=opts.shape == "single-stage-ar",
-        stage_fields=STAGE_FIELDS[opts.shape],
+        codebook_size=codebook_size or head_vocab, head_vocab=head_vocab, lm_subconfigs=LM_SUBCONFIG_KEYS,
+        left_context_frames=left.value if left else DEFAULT_LEFT_CONTEXT_FRAMES,
+        left_context_source=one_line(left.source) if left else "not in the codec config: a placeholder; set it",
+        special_tokens=[(k, f.value, one_line(f.source)) for k, f in sorted(facts.special_tokens.items())],
+        codec_checkpoint=facts.value("codec_checkpoint"),
+        codec_checkpoint_source=one_line(facts.codec_checkpoint.source) if facts.codec_checkpoint else "",
+        upstream_auto_class=facts.auto_class or "AutoModel",
+        stage_fields=stage_fields(opts.shape, facts),
+        conditioning=facts.value("conditioning"),
+        conditioning_source=one_line(facts.conditioning.source) if facts.conditioning else "",
     )
     return _Context(values)
 
@@ -723,6 +800,19 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         files.append(PlannedFile("REGISTRATION.md", _registration_doc(ctx), "doc"))
     edits = _registration_edits(root, ctx) if (into and opts.framework == "vllm-omni") else []
 
+    vendored = None
+    if opts.upstream_package is not None and opts.framework == "vllm-omni":
+        from porting_kit.scaffold.vendor import plan_vendoring, vendored_texts
+
+        plan = plan_vendoring(opts.upstream_package)
+        vendored = {"decision": plan.decision, "reason": plan.reason(), "package": plan.package,
+                    "version": plan.version}
+        if plan.decision == "vendor":
+            texts, record = vendored_texts(opts.upstream_package, plan)
+            base = f"vllm_omni/model_executor/models/{opts.model_type}/_vendored"
+            files += [PlannedFile(f"{base}/{rel}", text, "vendored") for rel, text in texts.items()]
+            vendored |= {"folder": base, "files": record["files"],
+                         "patches_needed": sum(p["after"] is None for p in record["patches"])}
     manifest_rel = f"{MANIFEST_DIR}/scaffold-{opts.model_type}.json"
     manifest = {
         "schema": "porting-kit/scaffold/1", "framework": opts.framework, "shape": opts.shape,
@@ -740,7 +830,17 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
                          for name in ("stop_token_ids", "num_codebooks", "codebook_size") if getattr(facts, name)}
         | ({"generation_eos_token_ids": facts.generation_eos.source} if facts.generation_eos else {}),
         "trust_remote_code": bool(opts.trust_remote_code),
+        "ambiguities": list(facts.ambiguities),
+        "conditioning": ({"kind": facts.conditioning.value, "source": facts.conditioning.source}
+                         if facts.conditioning else None),
+        "stage_fields": list(ctx["stage_fields"]),
+        "upstream_package": vendored,
+        "upstream_source": _upstream_source(facts),
     }
+    if ctx["stop_token_ids"] != facts.value("stop_token_ids"):  # a deliberate choice (native-ar stop flag)
+        manifest["facts"]["stop_token_ids"] = ctx["stop_token_ids"]
+        manifest["fact_sources"]["stop_token_ids"] = ctx["stop_source"]
+    manifest["facts"]["codec_left_context"] = facts.value("codec_left_context")
     files.append(PlannedFile(manifest_rel, json.dumps(manifest, indent=2) + "\n", "manifest"))
 
     # Check everything before writing anything: no half-written scaffold on a conflict.
@@ -780,6 +880,14 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
     if facts.rope_scaling is not None:
         result.notes.append(f"config.json sets RoPE scaling ({facts.rope_scaling.source} = "
                             f"{dict(facts.rope_scaling.value)}): the port must apply it (porting-kit check: rope)")
+    result.notes += [f"ambiguous config field: {a}" for a in facts.ambiguities]
+    if facts.codec_checkpoint is not None and not opts.trust_remote_code and opts.shape == "single-stage-ar":
+        result.notes.append(f"the codec is its own checkpoint ({facts.codec_checkpoint.value!r}, "
+                            f"{facts.codec_checkpoint.source}); it is loaded with trust_remote_code=False: if it "
+                            "ships its own code, rerun with --trust-remote-code")
+    if vendored is not None:
+        where = f" into {vendored['folder']} (see VENDORED.json)" if vendored["decision"] == "vendor" else ""
+        result.notes.append(f"upstream package: {vendored['reason']}{where}")
     for name in ("sample_rate", "hop_length", "num_codebooks", "stop_token_ids"):
         if getattr(facts, name) is None:
             result.notes.append(f"{name} not found in {facts.config_path}: a placeholder was written; set it")

@@ -62,7 +62,8 @@ class StageFault:
     Attributes
     ----------
     kind : str
-        ``"exception"``, ``"handoff_shape"`` or ``"no_audio"``.
+        ``"exception"``, ``"handoff_shape"``, ``"no_audio"`` or ``"upstream_mismatch"`` (a real
+        single-stage upstream lacks an attribute or an ``inference_stream`` parameter the model needs).
     stage : int
         Stage id (0, 1).
     where : str
@@ -172,6 +173,10 @@ class _Tree:
     #: ``() -> VllmConfig`` when the seam's attention is vLLM's (a fresh config per pipeline).
     real_config: Any = None
     config_dir: Path | None = None
+    #: The single-stage shape's upstream model (None: :class:`StandInUpstream`).
+    upstream: Any = None
+    #: Requests carry ``ref_audio`` / ``ref_text`` (the scaffold's stage fields include them).
+    reference: bool = False
 
 
 def _func_name(node: ast.expr) -> str | None:
@@ -256,6 +261,11 @@ def _load_tree(root: Path, manifest: dict[str, Any]) -> _Tree:
     return tree
 
 
+def _model_rel(manifest: dict[str, Any]) -> str:
+    m = manifest["model_type"]
+    return f"vllm_omni/model_executor/models/{m}/modeling_{m}.py"
+
+
 def _unload(package: str) -> None:
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
         del sys.modules[name]
@@ -296,6 +306,89 @@ class StandInUpstream:
         yield {"type": "result", "waveform": torch.zeros(64)}
 
 
+#: Request values the contract check maps onto a real upstream's ``inference_stream``: every
+#: field the generated adapter may forward, so a field upstream cannot take is found before a
+#: user's request hits it.
+CONTRACT_VALUES = {"voice": "a", "ref_audio": [[0.0], 16000], "ref_text": "a", "language": "en",
+                   "instructions": "a", "max_new_tokens": 1, "codec": object(), "generator": object()}
+
+
+def upstream_problems(module: Any, upstream: Any) -> list[str]:
+    """Where ``upstream`` breaks what the generated single-stage model expects of it.
+
+    The generated module declares ``UPSTREAM_ATTRIBUTES`` (attributes it reads) and
+    ``stream_kwargs`` (request values -> upstream's parameter names, raising ValueError on a
+    value with no parameter or a required parameter it never passes). A module without them
+    (an older scaffold) is not checked.
+
+    Returns
+    -------
+    list of str
+        One line per problem; empty when the upstream fits.
+    """
+    out = [f"upstream {type(upstream).__name__} has no attribute {name!r}"
+           for name in getattr(module, "UPSTREAM_ATTRIBUTES", ()) if not hasattr(upstream, name)]
+    mapper, fn = getattr(module, "stream_kwargs", None), getattr(upstream, "inference_stream", None)
+    if callable(mapper) and callable(fn):
+        for key, value in CONTRACT_VALUES.items():
+            try:
+                mapper(fn, {key: value} if key in ("codec", "generator") else {key: value, "codec": object()})
+            except ValueError as exc:
+                out.append(str(exc))
+            except Exception:  # noqa: BLE001 - converting the value (e.g. a temp WAV) is not the contract
+                continue
+    return list(dict.fromkeys(out))
+
+
+def upstream_from_source(path: Path, class_name: str) -> Any | None:
+    """A stub of the upstream class read from its source, never run: its methods with their
+    signatures (``inspect.signature`` works on them) and the attributes its code sets (``self.x =``,
+    class-level names), for :func:`upstream_problems`. None when the file or class is not there."""
+    import inspect
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
+    if cls is None:
+        return None
+    attrs: dict[str, Any] = {}
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    attrs[t.attr] = None
+                elif isinstance(t, ast.Name):
+                    attrs[t.id] = None
+    P = inspect.Parameter  # noqa: N806
+
+    def signature(fn: ast.FunctionDef) -> inspect.Signature:
+        a = fn.args
+        params = []
+        positional = [*a.posonlyargs, *a.args][1:]  # drop self
+        n_required = len(positional) - len(a.defaults)
+        for i, arg in enumerate(positional):
+            kind = P.POSITIONAL_ONLY if arg in a.posonlyargs else P.POSITIONAL_OR_KEYWORD
+            params.append(P(arg.arg, kind, default=P.empty if i < n_required else None))
+        if a.vararg:
+            params.append(P(a.vararg.arg, P.VAR_POSITIONAL))
+        for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+            params.append(P(arg.arg, P.KEYWORD_ONLY, default=P.empty if default is None else None))
+        if a.kwarg:
+            params.append(P(a.kwarg.arg, P.VAR_KEYWORD))
+        return inspect.Signature(params)
+
+    for fn in cls.body:
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and not fn.name.startswith("__"):
+            def stub(*args: Any, **kwargs: Any) -> Any:
+                raise RuntimeError("read from source, not runnable")
+            stub.__signature__ = signature(fn)  # type: ignore[attr-defined]
+            attrs[fn.name] = staticmethod(stub)
+    return type(class_name, (), attrs)()
+
+
 # -- building ---------------------------------------------------------------------------------
 def _real_vllm_config(device: str, folder: Path) -> Any:
     """A minimal real ``VllmConfig`` for the tiny LM (its config.json written to ``folder``)."""
@@ -334,7 +427,11 @@ def _build(tree: _Tree, stage: int, device: str, async_chunk: bool, shape: str,
     config = real_config if real_config is not None else _vllm_config(device, async_chunk)
     kwargs: dict[str, Any] = {"vllm_config": config, "prefix": ""}
     if shape == "single-stage-ar":
-        kwargs["upstream"] = StandInUpstream()
+        import inspect
+
+        kwargs["upstream"] = tree.upstream if tree.upstream is not None else StandInUpstream()
+        if getattr(module, "CODEC_CHECKPOINT", None) is not None and "codec" in inspect.signature(cls).parameters:
+            kwargs["codec"] = torch.nn.Identity()  # no checkpoint download in the run tier
     current = contextlib.nullcontext()
     if real_config is not None:  # vLLM layers read the config of the model being built
         from vllm.config import set_current_vllm_config
@@ -388,6 +485,7 @@ class _Pipeline:
         from porting_kit.adapters.vllm_omni.engine import PagedKV, StageEngine
 
         self.tree, self.shape, self.device, self.async_chunk, self.facts = tree, shape, device, async_chunk, facts
+        self.reference = tree.reference
         stop = tree.stages[0].get("sampling_constraints", {}).get("stop_token_ids") or []
         paged = None
         if tree.real_config is not None and shape != "single-stage-ar":
@@ -434,6 +532,11 @@ class _Pipeline:
         from porting_kit.adapters.vllm_omni.engine import PROMPT_TOKEN_ID, StageRequest
 
         info = {"text": [text], "seed": [seed], "global_request_id": [rid]}
+        if self.reference:  # voice cloning: a reference clip and its transcript, distinct per request
+            import numpy as np
+
+            clip = np.sin(np.linspace(0.0, 3.0 * (1 + len(text) % 5), 160 + 7 * len(text))).astype(np.float32)
+            info |= {"ref_audio": [[clip, 16000]], "ref_text": [f"reference for {text}"]}
         self.requests[rid] = _Request(rid, info)
         self.engines[0].add(StageRequest(rid, [PROMPT_TOKEN_ID], info, max_tokens=max_tokens))
 
@@ -589,7 +692,8 @@ def _drive(pipe: _Pipeline, plan: list[tuple[str, str, int, int, int]], abort: t
     pipe.finish()
 
 
-def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "cpu") -> RunFacts:
+def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "cpu",
+                 upstream: Any = None) -> RunFacts:
     """Drive the generated pipeline of a vLLM-Omni scaffold; return what it showed.
 
     Parameters
@@ -600,6 +704,10 @@ def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "c
         Its ``.porting-kit/scaffold-<model>.json`` (``shape``, ``model_type``).
     device : str, default "cpu"
         Where the stage models run (``"cuda"`` when present).
+    upstream : object, optional
+        The single-stage shape's real upstream model (its ``inference_stream`` and attributes are
+        checked against the generated file first: ``fault.kind == "upstream_mismatch"``);
+        default a :class:`StandInUpstream`.
 
     Returns
     -------
@@ -618,11 +726,29 @@ def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "c
 
     root = Path(root).resolve()
     shape = manifest["shape"]
-    facts = RunFacts(shape=shape, device=device, upstream="stand-in" if shape == "single-stage-ar" else "")
+    facts = RunFacts(shape=shape, device=device, upstream="" if shape != "single-stage-ar" else
+                     "stand-in" if upstream is None else type(upstream).__name__)
     tree = None
     try:
         with preserved_rng_state():
             tree = _load_tree(root, manifest)
+            tree.reference = "ref_audio" in (manifest.get("stage_fields") or ()) and shape != "single-stage-ar"
+            if shape == "single-stage-ar" and upstream is not None:
+                tree.upstream = upstream
+                problems = upstream_problems(tree.models[0], upstream)
+                if problems:
+                    raise _Fault(StageFault("upstream_mismatch", 0, "upstream contract", "; ".join(problems),
+                                            manifest["files"].get("model:" + _model_rel(manifest))))
+            elif shape == "single-stage-ar" and isinstance(manifest.get("upstream_source"), dict):
+                src = manifest["upstream_source"]
+                stub = upstream_from_source(Path(str(src.get("file"))), str(src.get("class")))
+                if stub is not None:  # the checkpoint's own code, read (not run): its signatures must fit
+                    facts.upstream = f"stand-in; signatures checked against {src['file']}"
+                    problems = upstream_problems(tree.models[0], stub)
+                    if problems:
+                        raise _Fault(StageFault(
+                            "upstream_mismatch", 0, f"upstream contract ({src['file']}, read not run)",
+                            "; ".join(problems), manifest["files"].get("model:" + _model_rel(manifest))))
             facts.seam = str(getattr(tree.seam, "SEAM", "?"))
             facts.seam_detail = str(getattr(tree.seam, "SEAM_DETAIL", ""))
             facts.attention = str(getattr(tree.seam, "ATTENTION", ""))

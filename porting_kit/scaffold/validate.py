@@ -31,11 +31,15 @@ code                                meaning
                                     model file's ``STOP_TOKEN_IDS`` / the deploy's
 ``consistency.field_dropped``       a request field the adapter reads (ref_text, ref_audio,
                                     voice/speaker, language) is not forwarded, or no
-                                    file of the entry stage reads its key
+                                    file of the entry stage reads its key; or the config
+                                    declares speaker conditioning and ref_audio is never
+                                    forwarded (warn for prompt codes only)
 ``consistency.key_mismatch``        a payload key (``meta.left_context_size``), connector
                                     name, stage edge (``to_stage_N``), connector ``extra``
                                     chunk key or SGLang factory name written under one
                                     name and read under another
+``consistency.head_width``          a per-codebook head of the stage-0 model is not as wide
+                                    as the codec vocabulary (``codebook_size``)
 ``consistency.ok``                  none of these
 ==================================  =====================================================
 
@@ -818,6 +822,54 @@ def check_stop_ids(root: Path, manifest: dict[str, Any], pipeline_rel: str, mode
     return out
 
 
+def check_head_widths(root: Path, manifest: dict[str, Any], model_rel: str | None) -> list[Finding]:
+    """``consistency.head_width``: a per-codebook head of the stage-0 model is not as wide as the codec
+    vocabulary (``codebook_size`` of the config / the codec's own config): wider heads sample ids the
+    codec cannot look up (a text vocabulary taken for the codec's), narrower ones never emit some codes."""
+    from porting_kit.scaffold import crossfile as xf
+
+    size = (manifest.get("facts") or {}).get("codebook_size")
+    tree = _tree(root, model_rel)
+    if not isinstance(size, int) or tree is None:
+        return []
+    src = xf.Site((manifest.get("fact_sources") or {}).get("codebook_size", "config.json codebook_size"))
+    wrong = [w for w in xf.per_codebook_heads(tree, model_rel) if w.value != size]
+    if not wrong:
+        return []
+    w = wrong[0]
+    return [_c("consistency.head_width", "fail",
+               f"{w.site}: the per-codebook heads are {w.value} wide but {src}: the codec has {size} codes per "
+               f"codebook (valid ids 0..{size - 1}); "
+               + ("ids above it cannot be decoded" if w.value > size else "some codes can never be sampled"),
+               w.site, src, f"Size the per-codebook heads to the codec vocabulary ({size}).",
+               head_width=w.value, codebook_size=size, heads=len(wrong))]
+
+
+def check_conditioning_forwarded(root: Path, manifest: dict[str, Any], adapter_rel: str) -> list[Finding]:
+    """``consistency.field_dropped`` for voice cloning: the config declares speaker / reference-audio
+    conditioning (manifest ``conditioning``) but the adapter's ``build()`` never forwards ``ref_audio``
+    (it refuses it, or drops it). Fail for a declared speaker encoder (the model needs the clip), warn
+    for prompt codes (a codec encoder: cloning is possible, not required)."""
+    from porting_kit.scaffold import crossfile as xf
+
+    cond = manifest.get("conditioning")
+    tree = _tree(root, adapter_rel)
+    if not isinstance(cond, dict) or tree is None:
+        return []
+    forwarded = {f.field for f in xf.adapter_forwarded_fields(tree, adapter_rel) if f.info_key}
+    if "ref_audio" in forwarded:
+        return []
+    build = next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and n.name == "build"),
+                 None)
+    site, src = xf.Site(adapter_rel, build), xf.Site(f"config.json {cond.get('source')}")
+    status = "fail" if cond.get("kind") == "speaker encoder" else "warn"
+    return [_c("consistency.field_dropped", status,
+               f"{src}: the config declares {cond.get('kind')} conditioning but {site}: build() never forwards "
+               "request.ref_audio, so a voice-cloning request cannot reach the model", src, site,
+               "Forward ref_audio (and ref_text) into additional_information and read them in the stage model.",
+               field="ref_audio", conditioning=cond.get("kind"))]
+
+
 def check_fields_reach_stage(root: Path, adapter_rel: str, model_rels: list[str]) -> list[Finding]:
     """``consistency.field_dropped``: a request field (ref_text, ref_audio, voice/speaker, language,
     instructions) the adapter's ``build()`` reads either is not forwarded, or is forwarded under
@@ -887,6 +939,7 @@ def consistency_tier(root: Path, manifest: dict[str, Any]) -> list[Finding]:
     ``consistency.field_dropped``   a request field the adapter reads never reaches the stage
     ``consistency.key_mismatch``    payload / connector / stage / chunk keys written under one
                                     name and read under another
+    ``consistency.head_width``      a per-codebook head is not as wide as the codec vocabulary
     ``consistency.ok``              none of these
     ==============================  ==========================================================
 
@@ -922,6 +975,7 @@ def consistency_tier(root: Path, manifest: dict[str, Any]) -> list[Finding]:
             proc = files.get("processor")
             if model and code2wav and proc:
                 out += check_handoff_shape(root, model, proc, code2wav)
+                out += check_head_widths(root, manifest, model)
                 out += check_payload_keys(root, model, proc, code2wav)
                 proc_tree = _tree(root, proc)
                 processor_reads = xf.connector_extra_reads(proc_tree, proc) if proc_tree is not None else []
@@ -935,6 +989,7 @@ def consistency_tier(root: Path, manifest: dict[str, Any]) -> list[Finding]:
         out += check_stop_ids(root, manifest, files["pipeline"], model, files["deploy"])
         if model:
             out += check_fields_reach_stage(root, files["adapter"], [model])
+        out += check_conditioning_forwarded(root, manifest, files["adapter"])
     if not any(f.status == "fail" for f in out):
         out.append(Finding("consistency", "consistency.ok", "pass",
                            f"{manifest['model_type']}: the generated files agree ({checked})",
@@ -1235,6 +1290,9 @@ def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None =
 #:                           contract (per-row outputs, codebook-major codes, left context,
 #:                           samples = frames x hop length)
 #: ``run.no_audio``          a request finished without a single audio sample
+#: ``run.upstream_mismatch`` the real single-stage upstream lacks an attribute the model reads, or its
+#:                           ``inference_stream`` has no parameter for a request field / requires one
+#:                           the model never passes
 #: ``rng.crosstalk``         a batched request's audio differs from its solo run
 #: ``rng.generator_leak``    per-request state (generators, KV cache) left after finish / abort
 #: ``skip``                  SGLang-Omni scaffolds: no SGLang-Omni driver
@@ -1245,6 +1303,9 @@ RUN_HINTS = {
     "run.handoff_shape": "Make producer, processor and consumer agree: stage 0 emits one row per request "
                          "(codes.audio (rows, NUM_CODEBOOKS)), the processor sends 1-D codebook-major codes "
                          "with meta.left_context_size, stage 1 returns one model_outputs entry per request.",
+    "run.upstream_mismatch": "Make the generated model fit the real upstream: map each request field onto an "
+                             "inference_stream parameter in STREAM_ARGS (or stop accepting the field in the "
+                             "adapter), pass every required parameter, read only attributes upstream has.",
     "run.no_audio": "Every request must end with audio: check the stop ids, the processor's final chunk "
                     "(is_finished) and the codec's model_outputs.",
 }
@@ -1275,7 +1336,8 @@ def run_findings(facts) -> list[Finding]:
     out: list[Finding] = []
     f = facts.fault
     if f is not None:
-        code = {"exception": "run.stage_exception", "handoff_shape": "run.handoff_shape"}.get(f.kind, "run.no_audio")
+        code = {"exception": "run.stage_exception", "handoff_shape": "run.handoff_shape",
+                "upstream_mismatch": "run.upstream_mismatch"}.get(f.kind, "run.no_audio")
         at = f" ({f.file}:{f.line})" if f.file else ""
         out.append(_run_finding(code, "fail", f"Stage {f.stage}, {f.where}{at}: {f.message}", (f.file, f.line),
                                 stage=f.stage, call=f.where, file=f.file, line=f.line, **common))
@@ -1325,7 +1387,7 @@ def run_findings(facts) -> list[Finding]:
     return out
 
 
-def run_tier(root: Path, manifest: dict, *, device: str = "cpu") -> list[Finding]:
+def run_tier(root: Path, manifest: dict, *, device: str = "cpu", upstream: Any = None) -> list[Finding]:
     """The run tier of one scaffold: drive its generated pipeline end to end.
 
     Parameters
@@ -1336,6 +1398,9 @@ def run_tier(root: Path, manifest: dict, *, device: str = "cpu") -> list[Finding
         Its manifest (``framework``, ``shape``, ``model_type``).
     device : str, default "cpu"
         ``"cuda"`` runs the stage models on the GPU.
+    upstream : object, optional
+        The single-stage shape's real upstream model; its attributes and ``inference_stream``
+        signature are checked first (``run.upstream_mismatch``). Default: a stand-in.
 
     Returns
     -------
@@ -1354,7 +1419,7 @@ def run_tier(root: Path, manifest: dict, *, device: str = "cpu") -> list[Finding
         return [Finding("run", "run.skipped", "skip", "run tier: torch is not installed.", {}, Where(), "")]
     from porting_kit.scaffold.run import run_pipeline
 
-    return run_findings(run_pipeline(Path(root), manifest, device=device))
+    return run_findings(run_pipeline(Path(root), manifest, device=device, upstream=upstream))
 
 
 # -- the GPU tier ----------------------------------------------------------------------------

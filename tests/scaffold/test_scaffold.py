@@ -73,7 +73,8 @@ def test_vllm_omni_shape_scaffolds_validates_and_passes_ruff(tmp_path, shape):
     assert deploy["async_chunk"] is (shape == "two-stage")
     assert all(s["max_num_seqs"] >= 4 for s in deploy["stages"])
     pipeline = (out / f"vllm_omni/model_executor/models/{m}/pipeline.py").read_text()
-    assert '"stop_token_ids": [2]' in pipeline
+    # native-ar: the config's eos_token_id 2 is the text LM's; the model stops on its own stop flag 1
+    assert f'"stop_token_ids": [{1 if shape == "native-ar" else 2}]' in pipeline
     report = validate_static(out, prefer_real=False)
     assert report.status == "pass", [(f.code, f.message) for f in report.findings]
     (tier,) = report.by_code("scaffold.tier")
