@@ -21,7 +21,6 @@ import json
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from porting_kit.errors import InputError
 

@@ -148,6 +148,7 @@ def _csm_context(hf: HFFolder, camel: str, kit_version: str, port_rel: str) -> d
         "backbone_hidden_size": int(depth.get("backbone_hidden_size", backbone["hidden_size"])),
         "num_codebooks": num_codebooks, "codebook_size": int(cfg.get("codebook_size", backbone["vocab_size"])),
         "vocab_size": backbone["vocab_size"], "text_vocab_size": int(cfg.get("text_vocab_size", 0)),
+        "codebook_eos": cfg.get("codebook_eos_token_id") if isinstance(cfg.get("codebook_eos_token_id"), int) else None,
         "codec_class": codec_class, "codec_config": codec, "hop_length": hop, "hop_source": hop_source,
         "sample_rate": rate, "stream_chunk": STREAM_CHUNK_FRAMES, "stream_context": context,
         "stream_lookahead": 0, "stream_source": context_source, "backbone_arch": "LlamaForCausalLM",

@@ -1,0 +1,171 @@
+"""``porting-kit scaffold --hf DIR``: a real architecture in (CSM, built small), a port out, proven by
+``porting-kit check OUT/port_spec.py`` (issue 31)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from porting_kit.cli import main
+from porting_kit.errors import InputError
+
+pytest.importorskip("transformers")
+
+from hf_models import build_csm  # noqa: E402
+
+from porting_kit.scaffold.hf_folder import propose_shape, read_hf_folder  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def csm_folder(tmp_path_factory) -> Path:
+    return build_csm(tmp_path_factory.mktemp("csm") / "csm-small")
+
+
+def _port_file(out: Path) -> Path:
+    return out / "vllm_omni/model_executor/models/csm/csm_port.py"
+
+
+@pytest.fixture(scope="module")
+def csm_scaffold(csm_folder, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("csm-out") / "out"
+    assert main(["scaffold", "--hf", str(csm_folder), "--out", str(out)]) == 0
+    return out
+
+
+def test_csm_folder_weight_map_covers_every_key(csm_folder):
+    """Every checkpoint key and state name is mapped (none skipped), q/k/v and gate/up go to
+    their fused parameters' shards, the tied audio embedding is filled from the depth decoder's."""
+    from porting_kit.scaffold.hf_port import RULES
+    from porting_kit.scaffold.weight_map import build_weight_map
+
+    hf = read_hf_folder(csm_folder)
+    assert propose_shape(hf)[0] == "two-stage"
+    # the checkpoint lacks the tied table; the transformers model has it
+    tied = "backbone_model.embed_tokens.embed_audio_tokens.weight"
+    assert tied not in hf.checkpoint_keys and tied in hf.state_names
+    wm = build_weight_map(hf.checkpoint_keys, hf.state_names, hf.renamed, hf.tied, RULES["csm"])
+    assert wm.skipped == {}
+    assert set(hf.checkpoint_keys) <= set(wm.entries) and set(hf.state_names) <= set(wm.entries)
+    assert wm.entries["backbone_model.layers.1.self_attn.k_proj.weight"] == (
+        "backbone.decoder.layers.1.self_attn.qkv_proj.weight", "k")
+    assert wm.entries["depth_decoder.model.layers.0.mlp.up_proj.weight"] == (
+        "depth_decoder.decoder.layers.0.mlp.gate_up_proj.weight", 1)
+    assert wm.entries["depth_decoder.codebooks_head.weight"] == ("depth_decoder.codebooks_head", None)
+    assert wm.tied == {"backbone.embed_audio_tokens.weight": "depth_decoder.embed_tokens.weight"}
+    # a legacy checkpoint name transformers renames on load maps where its new name does
+    legacy = next(k for k in hf.renamed if k.startswith("codec_model."))
+    assert wm.entries[legacy] == wm.entries[hf.renamed[legacy]]
+
+
+def test_hf_folder_input_errors(tmp_path):
+    with pytest.raises(InputError, match="no config.json"):
+        read_hf_folder(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["CsmForConditionalGeneration"]}))
+    with pytest.raises(InputError, match="no \\*.safetensors"):
+        read_hf_folder(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"\xff" * 16)
+    with pytest.raises(InputError, match="not a safetensors file"):
+        read_hf_folder(tmp_path, build_model=False)
+    (tmp_path / "config.json").write_text(json.dumps({"auto_map": {"AutoModel": "m.M"}}))
+    with pytest.raises(InputError, match="--trust-remote-code"):
+        read_hf_folder(tmp_path)
+
+
+def test_cli_hf_not_a_folder_is_exit_2(tmp_path, capsys):
+    assert main(["scaffold", "--hf", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a directory" in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_csm_scaffold_files_parse_and_check_passes_clean(csm_scaffold, csm_folder):
+    from porting_kit import run_check
+
+    port = _port_file(csm_scaffold)
+    for path in (port, csm_scaffold / "port_spec.py"):
+        ast.parse(path.read_text(encoding="utf-8"))
+    readme = (port.parent / "README.md").read_text(encoding="utf-8")
+    assert "| `backbone_model.layers.0.self_attn.q_proj.weight` | " \
+           "`backbone.decoder.layers.0.self_attn.qkv_proj.weight [shard q]` |" in readme
+    report = run_check(str(csm_scaffold / "port_spec.py"))
+    codes = {f.code: f.status for f in report.findings}
+    assert report.status == "pass", [(f.code, f.message) for f in report.findings if f.status == "fail"]
+    for code in ("parity.ok", "config.ok", "rope.ok", "norm.ok", "hop.ok", "dtype.ok", "channel.ok"):
+        assert codes.get(code) == "pass", (code, codes)
+    assert not [c for c, s in codes.items() if s == "warn"], codes
+
+
+def _planted(csm_scaffold: Path, tmp_path: Path, old: str, new: str, count: int = 1) -> Path:
+    """A copy of the scaffold's port spec + port with ``old`` replaced by ``new`` in the port."""
+    import shutil
+
+    out = tmp_path / "planted"
+    shutil.copytree(csm_scaffold, out)
+    port = _port_file(out)
+    text = port.read_text(encoding="utf-8")
+    assert text.count(old) == count, (old, text.count(old))
+    port.write_text(text.replace(old, new), encoding="utf-8")
+    return out / "port_spec.py"
+
+
+@pytest.mark.slow
+def test_planted_wrong_weight_map_entry_is_unmapped_weights(csm_scaffold, tmp_path):
+    from porting_kit import run_check
+
+    spec = _planted(csm_scaffold, tmp_path,
+                    '"backbone_model.layers.1.mlp.down_proj.weight": ("backbone.decoder.layers.1.mlp.down_proj.weight"',
+                    '"backbone_model.layers.1.mlp.down_proj.weight": ("backbone.decoder.layers.0.mlp.down_proj.weight"')
+    report = run_check(str(spec), only="parity")
+    codes = {f.code for f in report.findings if f.status == "fail"}
+    assert "parity.unmapped_weights" in codes, codes
+
+
+@pytest.mark.slow
+def test_planted_wrong_rope_theta_is_theta_mismatch(csm_scaffold, tmp_path):
+    from porting_kit import run_check
+
+    text = _port_file(csm_scaffold).read_text(encoding="utf-8")
+    backbone = re.search(r"^BACKBONE = .*$", text, re.M).group(0)
+    assert '"rope_theta": 500000.0' in backbone
+    spec = _planted(csm_scaffold, tmp_path, backbone, backbone.replace('"rope_theta": 500000.0',
+                                                                       '"rope_theta": 10000.0'))
+    report = run_check(str(spec), only="config,rope")
+    codes = {f.code for f in report.findings if f.status == "fail"}
+    assert {"config.mismatch", "rope.theta_mismatch"} <= codes, codes
+
+
+@pytest.mark.slow
+def test_planted_wrong_codec_hop_is_named_by_hop(csm_scaffold, tmp_path):
+    from porting_kit import run_check
+
+    text = _port_file(csm_scaffold).read_text(encoding="utf-8")
+    hop = int(re.search(r"^HOP_LENGTH = (\d+)$", text, re.M).group(1))
+    spec = _planted(csm_scaffold, tmp_path, f"HOP_LENGTH = {hop}\n", f"HOP_LENGTH = {hop // 2}\n")
+    report = run_check(str(spec), only="hop")
+    codes = {f.code for f in report.findings if f.status == "fail"}
+    assert "hop.length_mismatch" in codes, codes
+
+
+@pytest.mark.slow
+def test_run_tier_drives_the_generated_port(csm_scaffold, tmp_path):
+    """validate's run tier synthesizes through the port itself (frames x hop samples); a port whose
+    synthesize raises is named with its file and line."""
+    from porting_kit.scaffold.validate import load_manifests, run_tier
+
+    findings = run_tier(csm_scaffold, load_manifests(csm_scaffold)[0])
+    port_ok = [f for f in findings if f.code == "run.ok" and f.evidence.get("port")]
+    assert len(port_ok) == 1 and port_ok[0].evidence["samples"] == port_ok[0].evidence["frames"] * \
+        port_ok[0].evidence["hop_length"] > 0, [(f.code, f.message) for f in findings]
+    assert all(f.status != "fail" for f in findings)
+
+    spec = _planted(csm_scaffold, tmp_path, "codes = torch.stack(frames, dim=1)",
+                    "codes = torch.stack(frames, dim=2)")
+    root = spec.parent
+    bad = [f for f in run_tier(root, load_manifests(root)[0]) if f.status == "fail"]
+    assert [f.code for f in bad] == ["run.stage_exception"]
+    assert bad[0].where.candidate.startswith("vllm_omni/model_executor/models/csm/csm_port.py:")
