@@ -631,6 +631,26 @@ def hf_defaults(values: dict, trust_remote_code: bool = False) -> list[str]:
     return lines
 
 
+def _codec_folder_facts(facts: ModelFacts, opts: ScaffoldOptions) -> None:
+    """Fill the facts config.json lacks (sample rate, hop length, codebooks) from the codec sub-folder
+    of the ``--hf`` folder (Dia keeps DAC apart), read through transformers' config class."""
+    from porting_kit.scaffold.hf_folder import read_hf_folder
+    from porting_kit.scaffold.hf_port import codec_facts
+
+    hf = read_hf_folder(opts.hf, trust_remote_code=opts.trust_remote_code, build_model=False)
+    if hf.codec_config is None:
+        return
+    _cls, hop, rate, hop_source = codec_facts(hf.codec_config)
+    where = f"{hf.codec_dir.name}/config.json"
+    found = {"sample_rate": Fact(rate, f"{where} sampling_rate"), "hop_length": Fact(hop, f"{where} ({hop_source})")}
+    n = hf.codec_config.get("n_codebooks", hf.codec_config.get("num_quantizers"))
+    if isinstance(n, int) and n > 0:
+        found["num_codebooks"] = Fact(n, f"{where} n_codebooks")
+    for name, fact in found.items():
+        if getattr(facts, name) is None:
+            setattr(facts, name, fact)
+
+
 def _plan_hf_port(opts: ScaffoldOptions, ctx: dict, files: list[PlannedFile]) -> list[str]:
     """Add the port, ``port_spec.py`` and the weight-map README of ``opts.hf`` to ``files``;
     return the notes (nothing without ``--hf``)."""
@@ -760,6 +780,8 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
     if (opts.out is None) == (opts.into is None):
         raise InputError("give exactly one of --out DIR (fresh tree) or --into PATH (existing checkout)")
     facts = read_model_facts(opts.config)
+    if opts.hf is not None:
+        _codec_folder_facts(facts, opts)
     files, ctx = plan_files(opts, facts)
     port_notes = _plan_hf_port(opts, ctx, files)
     into = opts.into is not None

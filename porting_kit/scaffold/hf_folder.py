@@ -29,6 +29,8 @@ FAMILIES = {
     "csm": ("CsmForConditionalGeneration",),
     "dia": ("DiaForConditionalGeneration",),
 }
+#: Codec model types a separate codec sub-folder may hold.
+CODEC_MODEL_TYPES = ("mimi", "dac", "encodec", "xcodec")
 #: Largest safetensors header read (bytes); a bigger one is not a safetensors file.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
@@ -59,6 +61,11 @@ class HFFolder:
         conversion mapping: a legacy layout kept on disk).
     generation : dict
         ``generation_config.json`` (``{}`` when absent).
+    codec_dir : Path or None
+        A sub-folder holding a separate codec checkpoint (its ``config.json`` has a codec
+        ``model_type``: Dia keeps DAC apart), None when there is none.
+    codec_config : dict or None
+        That sub-folder's ``config.json``.
     family : str or None
         The port generator's family (:data:`FAMILIES`), None when it has none.
     notes : list of str
@@ -74,6 +81,8 @@ class HFFolder:
     tied: dict[str, str] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
     generation: dict = field(default_factory=dict)
+    codec_dir: Path | None = None
+    codec_config: dict | None = None
     family: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -224,6 +233,11 @@ def read_hf_folder(path: str | Path, *, trust_remote_code: bool = False,
     family = next((name for name, archs_ in FAMILIES.items() if arch in archs_), None)
     result = HFFolder(folder=folder, config=config, arch=arch, model_type=str(config.get("model_type") or ""),
                       checkpoint_keys=keys, generation=generation, family=family)
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "config.json").is_file()):
+        doc = _read_json(sub / "config.json")
+        if doc.get("model_type") in CODEC_MODEL_TYPES:
+            result.codec_dir, result.codec_config = sub, doc
+            break
     if build_model:
         names, tied, renamed, note = _module_names(folder, arch, trust_remote_code, keys)
         result.state_names, result.tied, result.renamed = names, tied, renamed

@@ -39,6 +39,12 @@ RULES = {
         PrefixRule("lm_head.", "lm_head."),
         PrefixRule("codec_model.", "codec.model.", fuse=False),
     ),
+    "dia": (
+        PrefixRule("model.encoder.", "encoder."),
+        PrefixRule("model.decoder.embeddings.embed.", "decoder.embed_audio."),
+        PrefixRule("model.decoder.", "decoder."),
+        PrefixRule("logits_dense.", "logits_dense."),
+    ),
 }
 #: Codec classes by the codec config's model_type.
 CODEC_CLASSES = {"mimi": "MimiModel", "dac": "DacModel", "encodec": "EncodecModel", "xcodec": "XcodecModel"}
@@ -70,12 +76,13 @@ def _decoder_config(cfg: dict, where: str) -> dict[str, Any]:
         rope["rope_theta"] = float(cfg.get("rope_theta", 10000.0))
     rope.setdefault("rope_type", rope.pop("type", "default"))
     heads = int(need("num_attention_heads"))
+    eps = cfg.get("rms_norm_eps", cfg.get("norm_eps", 1e-6))
     return {
         "hidden_size": int(need("hidden_size")), "intermediate_size": int(need("intermediate_size")),
         "num_hidden_layers": int(need("num_hidden_layers")), "num_attention_heads": heads,
         "num_key_value_heads": int(cfg.get("num_key_value_heads") or heads),
         "head_dim": int(cfg.get("head_dim") or int(need("hidden_size")) // heads),
-        "rms_norm_eps": float(cfg.get("rms_norm_eps", 1e-6)), "vocab_size": int(need("vocab_size")),
+        "rms_norm_eps": float(eps), "vocab_size": int(need("vocab_size")),
         "hidden_act": str(cfg.get("hidden_act", "silu")), "attention_bias": bool(cfg.get("attention_bias", False)),
         "mlp_bias": bool(cfg.get("mlp_bias", False)), "rope": rope,
     }
@@ -105,13 +112,27 @@ def codec_facts(codec_cfg: dict) -> tuple[str, int, int, str]:
     raise InputError(f"config.json codec_config: cannot tell the {model_type} codec's hop length")
 
 
-def stream_context(codec_cfg: dict) -> tuple[int, str]:
-    """Left context (frames) for chunked decoding and where it came from: the decoder
-    transformer's ``sliding_window`` when it has one (its attention span), else 8 frames."""
+def stream_context(codec_cfg: dict) -> tuple[int, int, str]:
+    """(left context, lookahead, where they came from), in frames, for chunked decoding.
+
+    A causal decoder with a transformer (Mimi): context = its ``sliding_window`` (the attention
+    span), no lookahead. DAC (non-causal convolutions): both sides get the decoder's receptive
+    field in frames, ``3 + sum_i (3 + 3 * (1 + 3 + 9)) / prod(strides[:i+1]) + 1`` (the kernel-7
+    input conv, each block's transposed conv and its residual units of dilations 1, 3, 9, the
+    kernel-7 output conv), rounded up. Otherwise 8 frames of context.
+    """
     window = codec_cfg.get("sliding_window")
     if isinstance(window, int) and window > 0:
-        return window, "codec_config.sliding_window (the decoder transformer's attention span)"
-    return 8, "default 8 frames (the codec config names no attention span)"
+        return window, 0, "codec_config.sliding_window (the decoder transformer's attention span); causal: no lookahead"
+    if codec_cfg.get("model_type") == "dac":
+        ratios = codec_cfg.get("upsampling_ratios") or list(reversed(codec_cfg.get("downsampling_ratios") or []))
+        span, scale = 3.0, 1
+        for r in ratios:
+            scale *= int(r)
+            span += (3 + 3 * (1 + 3 + 9)) / scale
+        frames = math.ceil(span + 1)
+        return frames, frames, "the DAC decoder's receptive field (non-causal convolutions: context and lookahead)"
+    return 8, 0, "default 8 frames (the codec config names no attention span)"
 
 
 def _weight_tables(wm: WeightMap) -> str:
@@ -136,7 +157,7 @@ def _csm_context(hf: HFFolder, camel: str, kit_version: str, port_rel: str) -> d
     if not isinstance(depth, dict) or not isinstance(codec, dict):
         raise InputError(f"{hf.folder}/config.json: {hf.arch} needs depth_decoder_config and codec_config objects")
     codec_class, hop, rate, hop_source = codec_facts(codec)
-    context, context_source = stream_context(codec)
+    context, lookahead, context_source = stream_context(codec)
     backbone = _decoder_config(cfg, "(backbone)")
     num_codebooks = int(cfg.get("num_codebooks", 0))
     if num_codebooks < 2:
@@ -151,8 +172,50 @@ def _csm_context(hf: HFFolder, camel: str, kit_version: str, port_rel: str) -> d
         "codebook_eos": cfg.get("codebook_eos_token_id") if isinstance(cfg.get("codebook_eos_token_id"), int) else None,
         "codec_class": codec_class, "codec_config": codec, "hop_length": hop, "hop_source": hop_source,
         "sample_rate": rate, "stream_chunk": STREAM_CHUNK_FRAMES, "stream_context": context,
-        "stream_lookahead": 0, "stream_source": context_source, "backbone_arch": "LlamaForCausalLM",
+        "stream_lookahead": lookahead, "stream_source": context_source, "backbone_arch": "LlamaForCausalLM",
         "seq_len": SPEC_SEQ_LEN, "codec_frames": SPEC_CODEC_FRAMES,
+        "generation": {k: v for k, v in hf.generation.items()
+                       if k in ("do_sample", "temperature", "top_k", "top_p", "max_new_tokens", "eos_token_id")},
+    }
+
+
+def _dia_context(hf: HFFolder, camel: str, kit_version: str, port_rel: str) -> dict[str, Any]:
+    cfg = hf.config
+    enc, dec = cfg.get("encoder_config"), cfg.get("decoder_config")
+    if not isinstance(enc, dict) or not isinstance(dec, dict):
+        raise InputError(f"{hf.folder}/config.json: {hf.arch} needs encoder_config and decoder_config objects")
+    if hf.codec_config is None:
+        raise InputError(f"--hf {hf.folder}: {hf.arch} keeps its codec apart and no sub-folder holds a codec "
+                         f"config.json (model_type one of mimi, dac, encodec, xcodec); put the codec's "
+                         "save_pretrained() folder inside the model folder")
+    codec_class, hop, rate, hop_source = codec_facts(hf.codec_config)
+    context, lookahead, context_source = stream_context(hf.codec_config)
+    # transformers' DiaSelfAttention / DiaCrossAttention use scaling 1 (the scale is folded into the weights)
+    encoder = {**_decoder_config(enc, "encoder_config"), "causal": False, "attention_scale": 1.0}
+    decoder = {**_decoder_config(dec, "decoder_config"), "causal": True, "attention_scale": 1.0}
+    num_channels = int(dec.get("num_channels", 0))
+    codebook_size = int(hf.codec_config.get("codebook_size", 0))
+    if num_channels < 1 or not 0 < codebook_size <= decoder["vocab_size"]:
+        raise InputError(f"{hf.folder}/config.json: decoder_config.num_channels {num_channels} / codec "
+                         f"codebook_size {codebook_size} do not fit decoder vocab_size {decoder['vocab_size']}")
+    bos = dec.get("bos_token_id")
+    return {
+        "camel": camel, "kit_version": kit_version, "arch": hf.arch, "folder": str(hf.folder),
+        "folder_name": hf.folder.name, "port_rel": port_rel, "encoder": encoder, "decoder": decoder,
+        "backbone": decoder,
+        "cross": {"num_heads": int(dec.get("cross_num_attention_heads", decoder["num_attention_heads"])),
+                  "num_kv_heads": int(dec.get("cross_num_key_value_heads", decoder["num_key_value_heads"])),
+                  "head_dim": int(dec.get("cross_head_dim", decoder["head_dim"])),
+                  "hidden_size": int(dec.get("cross_hidden_size", encoder["hidden_size"])), "attention_scale": 1.0},
+        "num_channels": num_channels, "audio_vocab_size": decoder["vocab_size"],
+        "text_vocab_size": encoder["vocab_size"], "delay_pattern": list(cfg.get("delay_pattern") or []),
+        "codec_class": codec_class, "codec_subfolder": hf.codec_dir.name, "codec_config": hf.codec_config,
+        "codec_note": f"{codec_class} from the sub-folder {hf.codec_dir.name}/ (its own checkpoint), "
+                      "decoded in chunks with left context and lookahead (CodecStage)",
+        "hop_length": hop, "hop_source": hop_source, "sample_rate": rate, "stream_chunk": STREAM_CHUNK_FRAMES,
+        "stream_context": context, "stream_lookahead": lookahead, "stream_source": context_source,
+        "bos_id": int(bos) if isinstance(bos, int) else 0, "codebook_size": codebook_size,
+        "seq_len": SPEC_SEQ_LEN, "codec_frames": SPEC_CODEC_FRAMES, "num_codebooks": num_channels,
         "generation": {k: v for k, v in hf.generation.items()
                        if k in ("do_sample", "temperature", "top_k", "top_p", "max_new_tokens", "eos_token_id")},
     }
@@ -185,12 +248,13 @@ def plan_port(hf: HFFolder, *, model_type: str, camel: str, kit_version: str, mo
     port_rel = f"{models_dir}/{model_type}_port.py"
     wm = build_weight_map(hf.checkpoint_keys, hf.state_names, hf.renamed, hf.tied, RULES[hf.family])
     plan.weight_map = wm
-    ctx = _csm_context(hf, camel, kit_version, port_rel)
+    ctx = (_csm_context if hf.family == "csm" else _dia_context)(hf, camel, kit_version, port_rel)
+    ctx["family"] = hf.family
     env = _env()
     ctx["weight_tables"] = _weight_tables(wm)
     ctx["layers"] = env.get_template("hf_port/layers.py.j2").render(**ctx)
     plan.files[port_rel] = env.get_template(f"hf_port/{hf.family}.py.j2").render(**ctx)
-    plan.files["port_spec.py"] = env.get_template(f"hf_port/port_spec_{hf.family}.py.j2").render(**ctx)
+    plan.files["port_spec.py"] = env.get_template("hf_port/port_spec.py.j2").render(**ctx)
     plan.files["PORT.md"] = _port_doc(hf, ctx, wm)
     for name in wm.skipped:
         plan.notes.append(f"checkpoint key {name} has no slot in the port: {wm.skipped[name]}")

@@ -25,6 +25,9 @@ STACKED = (
     (".self_attn.q_proj.", ".self_attn.qkv_proj.", "q"),
     (".self_attn.k_proj.", ".self_attn.qkv_proj.", "k"),
     (".self_attn.v_proj.", ".self_attn.qkv_proj.", "v"),
+    (".self_attention.q_proj.", ".self_attention.qkv_proj.", "q"),
+    (".self_attention.k_proj.", ".self_attention.qkv_proj.", "k"),
+    (".self_attention.v_proj.", ".self_attention.qkv_proj.", "v"),
     (".mlp.gate_proj.", ".mlp.gate_up_proj.", 0),
     (".mlp.up_proj.", ".mlp.gate_up_proj.", 1),
 )

@@ -19,7 +19,7 @@ def _quiet_codec_(codec, num_codebooks: int, codebook_size: int) -> None:
     g = torch.Generator().manual_seed(7)
     codes = torch.randint(0, codebook_size, (1, num_codebooks, 40), generator=g)
     with torch.no_grad():
-        peak = float(codec.decode(codes).audio_values.abs().max())
+        peak = float(codec.decode(audio_codes=codes).audio_values.abs().max())
         last.weight.mul_(0.5 / peak)
         if last.bias is not None:
             last.bias.mul_(0.5 / peak)
@@ -51,4 +51,34 @@ def build_csm(folder: Path) -> Path:
         model = CsmForConditionalGeneration(cfg).eval()
     _quiet_codec_(model.codec_model, 4, 64)
     model.save_pretrained(folder)
+    return folder
+
+
+def build_dia(folder: Path) -> Path:
+    """A small ``DiaForConditionalGeneration`` (encoder 2 layers over 256 byte ids, decoder 2 layers
+    over 3 channels of Dia's 1024 codes + 4 special ids) saved into ``folder``, and a small ``DacModel``
+    (3 codebooks of 1024 codes, hop 16) saved into ``folder/audio_tokenizer`` (Dia keeps its codec
+    apart). Special ids fit the decoder vocabulary: eos 1024, pad 1025, bos 1026 < 1028."""
+    import torch
+    from transformers import DacConfig, DacModel, DiaConfig, DiaForConditionalGeneration
+
+    enc = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, num_key_value_heads=2,  # noqa: C408
+               head_dim=16, intermediate_size=64, vocab_size=256, rope_parameters=dict(ROPE))
+    dec = dict(num_hidden_layers=2, hidden_size=48, intermediate_size=96, num_attention_heads=4,  # noqa: C408
+               num_key_value_heads=2, head_dim=16, cross_num_attention_heads=2, cross_head_dim=16,
+               cross_num_key_value_heads=2, cross_hidden_size=32, vocab_size=1028, num_channels=3,
+               eos_token_id=1024, pad_token_id=1025, bos_token_id=1026, rope_parameters=dict(ROPE))
+    cfg = DiaConfig(encoder_config=enc, decoder_config=dec, delay_pattern=[0, 1, 2])
+    dac_cfg = DacConfig(encoder_hidden_size=8, downsampling_ratios=[4, 4], decoder_hidden_size=32, n_codebooks=3,
+                        codebook_size=1024, codebook_dim=8, sampling_rate=16000)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = DiaForConditionalGeneration(cfg).eval()
+        dac = DacModel(dac_cfg).eval()
+    with torch.no_grad():  # random codebooks (REAL_PAIRS.md: codebooks that start at zero decode to silence)
+        for layer in dac.quantizer.quantizers:
+            layer.codebook.weight.normal_(generator=torch.Generator().manual_seed(3))
+    _quiet_codec_(dac, 3, 1024)
+    model.save_pretrained(folder)
+    dac.save_pretrained(folder / "audio_tokenizer")
     return folder
