@@ -15,7 +15,7 @@ from porting_kit.errors import InputError
 
 pytest.importorskip("transformers")
 
-from hf_models import build_csm  # noqa: E402
+from hf_models import build_csm, build_dia  # noqa: E402
 
 from porting_kit.scaffold.hf_folder import propose_shape, read_hf_folder  # noqa: E402
 
@@ -25,8 +25,13 @@ def csm_folder(tmp_path_factory) -> Path:
     return build_csm(tmp_path_factory.mktemp("csm") / "csm-small")
 
 
-def _port_file(out: Path) -> Path:
-    return out / "vllm_omni/model_executor/models/csm/csm_port.py"
+def _port_file(out: Path, model: str = "csm") -> Path:
+    return out / f"vllm_omni/model_executor/models/{model}/{model}_port.py"
+
+
+@pytest.fixture(scope="module")
+def dia_folder(tmp_path_factory) -> Path:
+    return build_dia(tmp_path_factory.mktemp("dia") / "dia-small")
 
 
 @pytest.fixture(scope="module")
@@ -100,13 +105,13 @@ def test_csm_scaffold_files_parse_and_check_passes_clean(csm_scaffold, csm_folde
     assert not [c for c, s in codes.items() if s == "warn"], codes
 
 
-def _planted(csm_scaffold: Path, tmp_path: Path, old: str, new: str, count: int = 1) -> Path:
+def _planted(csm_scaffold: Path, tmp_path: Path, old: str, new: str, count: int = 1, model: str = "csm") -> Path:
     """A copy of the scaffold's port spec + port with ``old`` replaced by ``new`` in the port."""
     import shutil
 
     out = tmp_path / "planted"
     shutil.copytree(csm_scaffold, out)
-    port = _port_file(out)
+    port = _port_file(out, model)
     text = port.read_text(encoding="utf-8")
     assert text.count(old) == count, (old, text.count(old))
     port.write_text(text.replace(old, new), encoding="utf-8")
@@ -169,3 +174,80 @@ def test_run_tier_drives_the_generated_port(csm_scaffold, tmp_path):
     bad = [f for f in run_tier(root, load_manifests(root)[0]) if f.status == "fail"]
     assert [f.code for f in bad] == ["run.stage_exception"]
     assert bad[0].where.candidate.startswith("vllm_omni/model_executor/models/csm/csm_port.py:")
+
+
+def test_dia_folder_weight_map_and_codec_subfolder(dia_folder):
+    """Dia: every key mapped, self-attention q/k/v fused (cross-attention kept apart: other input
+    width), the MLP's already fused gate_up_proj loaded whole; the DAC sub-folder is found."""
+    from porting_kit.scaffold.hf_port import RULES, codec_facts, stream_context
+    from porting_kit.scaffold.weight_map import build_weight_map
+
+    hf = read_hf_folder(dia_folder)
+    assert hf.family == "dia" and propose_shape(hf)[0] == "two-stage"
+    assert hf.codec_dir.name == "audio_tokenizer" and hf.codec_config["model_type"] == "dac"
+    assert codec_facts(hf.codec_config)[1:3] == (16, 16000)
+    # receptive field of the small DAC (upsampling 4, 4): 3 + 42/4 + 42/16 + 1 -> 18 frames each side
+    assert stream_context(hf.codec_config)[:2] == (18, 18)
+    wm = build_weight_map(hf.checkpoint_keys, hf.state_names, hf.renamed, hf.tied, RULES["dia"])
+    assert wm.skipped == {} and set(hf.checkpoint_keys) <= set(wm.entries)
+    assert wm.entries["model.decoder.layers.1.self_attention.v_proj.weight"] == (
+        "decoder.layers.1.self_attention.qkv_proj.weight", "v")
+    assert wm.entries["model.decoder.layers.1.cross_attention.k_proj.weight"] == (
+        "decoder.layers.1.cross_attention.k_proj.weight", None)
+    assert wm.entries["model.encoder.layers.0.mlp.gate_up_proj.weight"] == (
+        "encoder.layers.0.mlp.gate_up_proj.weight", None)
+    assert wm.entries["model.decoder.embeddings.embed.weight"] == ("decoder.embed_audio.weight", None)
+
+
+def test_dia_without_codec_subfolder_is_input_error(dia_folder, tmp_path):
+    import shutil
+
+    bare = tmp_path / "dia-no-codec"
+    shutil.copytree(dia_folder, bare, ignore=shutil.ignore_patterns("audio_tokenizer"))
+    from porting_kit.scaffold.hf_port import plan_port
+
+    with pytest.raises(InputError, match="no sub-folder holds a codec"):
+        plan_port(read_hf_folder(bare), model_type="dia", camel="Dia", kit_version="x", models_dir="m")
+
+
+@pytest.fixture(scope="module")
+def dia_scaffold(dia_folder, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dia-out") / "out"
+    assert main(["scaffold", "--hf", str(dia_folder), "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_dia_scaffold_check_passes_clean_and_validate_runs_the_port(dia_scaffold):
+    from porting_kit import run_check
+    from porting_kit.scaffold.validate import load_manifests, run_tier
+
+    report = run_check(str(dia_scaffold / "port_spec.py"))
+    codes = {f.code: f.status for f in report.findings}
+    assert report.status == "pass", [(f.code, f.message) for f in report.findings if f.status == "fail"]
+    for code in ("parity.ok", "config.ok", "rope.ok", "norm.ok", "hop.ok", "dtype.ok", "channel.ok"):
+        assert codes.get(code) == "pass", (code, codes)
+    hop = next(f for f in report.findings if f.code == "hop.ok")
+    assert hop.evidence["streaming_checked"] is True and hop.evidence["hop_length"] == 16
+    findings = run_tier(dia_scaffold, load_manifests(dia_scaffold)[0])
+    assert all(f.status != "fail" for f in findings), [(f.code, f.message) for f in findings]
+    assert any(f.code == "run.ok" and f.evidence.get("port") for f in findings)
+
+
+@pytest.mark.slow
+def test_dia_planted_faults_are_named(dia_scaffold, tmp_path):
+    """A cross-attention k_proj sent to v_proj (wrong weight-map entry) and no stream lookahead on a
+    non-causal codec (DAC)."""
+    from porting_kit import run_check
+
+    spec = _planted(dia_scaffold, tmp_path,
+                    '"model.decoder.layers.0.cross_attention.k_proj.weight": '
+                    '("decoder.layers.0.cross_attention.k_proj.weight"',
+                    '"model.decoder.layers.0.cross_attention.k_proj.weight": '
+                    '("decoder.layers.0.cross_attention.v_proj.weight"', model="dia")
+    codes = {f.code for f in run_check(str(spec), only="parity").findings if f.status == "fail"}
+    assert "parity.unmapped_weights" in codes, codes
+    spec = _planted(dia_scaffold, tmp_path / "b", "STREAM_LOOKAHEAD_FRAMES = 18\n",
+                    "STREAM_LOOKAHEAD_FRAMES = 0\n", model="dia")
+    codes = {f.code for f in run_check(str(spec), only="hop").findings if f.status == "fail"}
+    assert codes & {"hop.stream_boundary", "hop.stream_lookahead"}, codes
