@@ -50,6 +50,8 @@ RULES = {
 CODEC_CLASSES = {"mimi": "MimiModel", "dac": "DacModel", "encodec": "EncodecModel", "xcodec": "XcodecModel"}
 #: Example input sizes of the generated port spec.
 SPEC_SEQ_LEN, SPEC_CODEC_FRAMES = 16, 40
+#: generation_config.json keys the port's sampler applies (GenerationConfig names).
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
 #: Streaming chunk of the codec stage (frames).
 STREAM_CHUNK_FRAMES = 10
 
@@ -250,6 +252,8 @@ def plan_port(hf: HFFolder, *, model_type: str, camel: str, kit_version: str, mo
     plan.weight_map = wm
     ctx = (_csm_context if hf.family == "csm" else _dia_context)(hf, camel, kit_version, port_rel)
     ctx["family"] = hf.family
+    ctx["sampling_defaults"] = {k: v for k, v in hf.generation.items() if k in SAMPLING_KEYS
+                                and isinstance(v, (int, float)) and not isinstance(v, bool)}
     env = _env()
     ctx["weight_tables"] = _weight_tables(wm)
     ctx["layers"] = env.get_template("hf_port/layers.py.j2").render(**ctx)

@@ -100,7 +100,7 @@ def test_csm_scaffold_files_parse_and_check_passes_clean(csm_scaffold, csm_folde
     report = run_check(str(csm_scaffold / "port_spec.py"))
     codes = {f.code: f.status for f in report.findings}
     assert report.status == "pass", [(f.code, f.message) for f in report.findings if f.status == "fail"]
-    for code in ("parity.ok", "config.ok", "rope.ok", "norm.ok", "hop.ok", "dtype.ok", "channel.ok"):
+    for code in ("parity.ok", "config.ok", "rope.ok", "norm.ok", "hop.ok", "dtype.ok", "channel.ok", "sampling.ok"):
         assert codes.get(code) == "pass", (code, codes)
     assert not [c for c, s in codes.items() if s == "warn"], codes
 
@@ -154,6 +154,16 @@ def test_planted_wrong_codec_hop_is_named_by_hop(csm_scaffold, tmp_path):
     report = run_check(str(spec), only="hop")
     codes = {f.code for f in report.findings if f.status == "fail"}
     assert "hop.length_mismatch" in codes, codes
+
+
+@pytest.mark.slow
+def test_planted_repetition_penalty_sign_is_named(csm_scaffold, tmp_path):
+    from porting_kit import run_check
+
+    spec = _planted(csm_scaffold, tmp_path, "torch.where(seen < 0, seen * penalty, seen / penalty)",
+                    "seen / penalty")
+    codes = {f.code for f in run_check(str(spec), only="sampling").findings if f.status == "fail"}
+    assert "sampling.repetition_penalty" in codes, codes
 
 
 @pytest.mark.slow
@@ -225,8 +235,9 @@ def test_dia_scaffold_check_passes_clean_and_validate_runs_the_port(dia_scaffold
     report = run_check(str(dia_scaffold / "port_spec.py"))
     codes = {f.code: f.status for f in report.findings}
     assert report.status == "pass", [(f.code, f.message) for f in report.findings if f.status == "fail"]
-    for code in ("parity.ok", "config.ok", "rope.ok", "norm.ok", "hop.ok", "dtype.ok", "channel.ok"):
+    for code in ("parity.ok", "config.ok", "rope.ok", "norm.ok", "hop.ok", "dtype.ok", "channel.ok", "sampling.ok"):
         assert codes.get(code) == "pass", (code, codes)
+    assert not [c for c, s in codes.items() if s == "warn"], codes
     hop = next(f for f in report.findings if f.code == "hop.ok")
     assert hop.evidence["streaming_checked"] is True and hop.evidence["hop_length"] == 16
     findings = run_tier(dia_scaffold, load_manifests(dia_scaffold)[0])
