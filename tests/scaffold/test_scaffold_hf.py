@@ -66,6 +66,24 @@ def test_csm_folder_weight_map_covers_every_key(csm_folder):
     assert wm.entries[legacy] == wm.entries[hf.renamed[legacy]]
 
 
+def test_hf_defaults_fill_the_options_and_keep_the_users(csm_folder, tmp_path):
+    from porting_kit.scaffold.generate import hf_defaults
+
+    values = {"hf": csm_folder, "config": None, "model_type": None, "shape": None, "framework": None}
+    lines = hf_defaults(values)
+    assert (values["model_type"], values["shape"], values["framework"]) == ("csm", "two-stage", "vllm-omni")
+    assert values["config"] == csm_folder.resolve() / "config.json"
+    assert len(lines) == 1 and lines[0].startswith("shape two-stage (proposed") and "depth decoder" in lines[0]
+    values = {"hf": csm_folder, "config": None, "model_type": "my_csm", "shape": "native-ar",
+              "framework": "sglang-omni"}
+    assert hf_defaults(values) == []
+    assert (values["model_type"], values["shape"], values["framework"]) == ("my_csm", "native-ar", "sglang-omni")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(InputError, match="disagree"):
+        hf_defaults({"hf": csm_folder, "config": tmp_path / "config.json", "model_type": None, "shape": None,
+                     "framework": None})
+
+
 def test_hf_folder_input_errors(tmp_path):
     with pytest.raises(InputError, match="no config.json"):
         read_hf_folder(tmp_path)
