@@ -631,24 +631,32 @@ def hf_defaults(values: dict, trust_remote_code: bool = False) -> list[str]:
     return lines
 
 
-def _codec_folder_facts(facts: ModelFacts, opts: ScaffoldOptions) -> None:
-    """Fill the facts config.json lacks (sample rate, hop length, codebooks) from the codec sub-folder
-    of the ``--hf`` folder (Dia keeps DAC apart), read through transformers' config class."""
+def _codec_folder_facts(facts: ModelFacts, opts: ScaffoldOptions) -> list[str]:
+    """Set the codec facts (sample rate, hop length, codebooks) of the ``--hf`` folder's codec — its
+    ``codec_config`` or a codec sub-folder (Dia keeps DAC apart) — read through transformers' config
+    class (Mimi's hop is its ``frame_size``, not the product of ``upsampling_ratios``). Returns a
+    note for each value that replaced a different one read from config.json's keys."""
     from porting_kit.scaffold.hf_folder import read_hf_folder
-    from porting_kit.scaffold.hf_port import codec_facts
+    from porting_kit.scaffold.hf_port import CODEC_CLASSES, codec_facts
 
     hf = read_hf_folder(opts.hf, trust_remote_code=opts.trust_remote_code, build_model=False)
-    if hf.codec_config is None:
-        return
-    _cls, hop, rate, hop_source = codec_facts(hf.codec_config)
-    where = f"{hf.codec_dir.name}/config.json"
+    codec, where = hf.codec_config, f"{hf.codec_dir.name}/config.json" if hf.codec_dir else ""
+    if codec is None and isinstance(hf.config.get("codec_config"), dict):
+        codec, where = hf.config["codec_config"], "config.json codec_config"
+    if codec is None or codec.get("model_type") not in CODEC_CLASSES:
+        return []
+    _cls, hop, rate, hop_source = codec_facts(codec)
     found = {"sample_rate": Fact(rate, f"{where} sampling_rate"), "hop_length": Fact(hop, f"{where} ({hop_source})")}
-    n = hf.codec_config.get("n_codebooks", hf.codec_config.get("num_quantizers"))
-    if isinstance(n, int) and n > 0:
+    n = codec.get("n_codebooks", codec.get("num_quantizers"))
+    if isinstance(n, int) and n > 0 and facts.num_codebooks is None:
         found["num_codebooks"] = Fact(n, f"{where} n_codebooks")
+    notes = []
     for name, fact in found.items():
-        if getattr(facts, name) is None:
-            setattr(facts, name, fact)
+        old = getattr(facts, name)
+        if old is not None and old.value != fact.value:
+            notes.append(f"{name} {fact.value} from {fact.source}, not {old.value} ({old.source})")
+        setattr(facts, name, fact)
+    return notes
 
 
 def _plan_hf_port(opts: ScaffoldOptions, ctx: dict, files: list[PlannedFile]) -> list[str]:
@@ -780,10 +788,9 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
     if (opts.out is None) == (opts.into is None):
         raise InputError("give exactly one of --out DIR (fresh tree) or --into PATH (existing checkout)")
     facts = read_model_facts(opts.config)
-    if opts.hf is not None:
-        _codec_folder_facts(facts, opts)
+    codec_notes = _codec_folder_facts(facts, opts) if opts.hf is not None else []
     files, ctx = plan_files(opts, facts)
-    port_notes = _plan_hf_port(opts, ctx, files)
+    port_notes = codec_notes + _plan_hf_port(opts, ctx, files)
     into = opts.into is not None
     root = Path(opts.into if into else opts.out).expanduser().resolve()
     if into:

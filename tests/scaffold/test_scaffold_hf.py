@@ -115,6 +115,10 @@ def test_csm_scaffold_files_parse_and_check_passes_clean(csm_scaffold, csm_folde
     readme = (port.parent / "README.md").read_text(encoding="utf-8")
     assert "| `backbone_model.layers.0.self_attn.q_proj.weight` | " \
            "`backbone.decoder.layers.0.self_attn.qkv_proj.weight [shard q]` |" in readme
+    # Mimi's hop is its frame_size (the downsample stride 2 included), not prod(upsampling_ratios) = 32:
+    # the framework's codec stage and the port agree on it
+    for path in (port, port.parent / "csm_code2wav.py"):
+        assert re.search(r"^HOP_LENGTH = 64$", path.read_text(encoding="utf-8"), re.M), path
     report = run_check(str(csm_scaffold / "port_spec.py"))
     codes = {f.code: f.status for f in report.findings}
     assert report.status == "pass", [(f.code, f.message) for f in report.findings if f.status == "fail"]
