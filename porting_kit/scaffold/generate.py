@@ -671,7 +671,7 @@ def _plan_hf_port(opts: ScaffoldOptions, ctx: dict, files: list[PlannedFile]) ->
     models = (f"sglang_omni/models/{opts.model_type}" if opts.framework == "sglang-omni"
               else f"vllm_omni/model_executor/models/{opts.model_type}")
     plan = plan_port(hf, model_type=opts.model_type, camel=ctx["camel"], kit_version=ctx["kit_version"],
-                     models_dir=models)
+                     models_dir=models, env=_env())
     kinds = {"port_spec.py": "port_spec"}
     for rel, text in plan.files.items():
         kind = kinds.get(rel, "port_doc" if rel.endswith(".md") else "port")

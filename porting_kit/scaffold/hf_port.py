@@ -137,9 +137,7 @@ def stream_context(codec_cfg: dict) -> tuple[int, int, str]:
     return 8, 0, "default 8 frames (the codec config names no attention span)"
 
 
-def _weight_tables(wm: WeightMap) -> str:
-    from porting_kit.scaffold.generate import py_literal
-
+def _weight_tables(wm: WeightMap, py_literal) -> str:
     lines = ["", "#: Checkpoint / state name -> (port parameter, shard of a fused parameter or None).",
              "#: Generated from the checkpoint's key names; PORT.md shows it as a table.", "WEIGHT_MAP = {"]
     lines += [f"    {py_literal(k)}: ({py_literal(t)}, {py_literal(s)})," for k, (t, s) in wm.entries.items()]
@@ -223,7 +221,7 @@ def _dia_context(hf: HFFolder, camel: str, kit_version: str, port_rel: str) -> d
     }
 
 
-def plan_port(hf: HFFolder, *, model_type: str, camel: str, kit_version: str, models_dir: str) -> PortPlan:
+def plan_port(hf: HFFolder, *, model_type: str, camel: str, kit_version: str, models_dir: str, env) -> PortPlan:
     """The port files for ``hf`` (empty plan with a note when its family has no generator).
 
     Parameters
@@ -234,13 +232,13 @@ def plan_port(hf: HFFolder, *, model_type: str, camel: str, kit_version: str, mo
     kit_version : str
     models_dir : str
         Folder of the model's files, relative to the scaffold root.
+    env : jinja2.Environment
+        The scaffold's template environment (its ``py`` filter writes every value).
 
     Returns
     -------
     PortPlan
     """
-    from porting_kit.scaffold.generate import _env
-
     plan = PortPlan()
     if hf.family not in RULES:
         plan.notes.append(f"{hf.arch or 'this architecture'}: no port generator yet (known: "
@@ -254,8 +252,7 @@ def plan_port(hf: HFFolder, *, model_type: str, camel: str, kit_version: str, mo
     ctx["family"] = hf.family
     ctx["sampling_defaults"] = {k: v for k, v in hf.generation.items() if k in SAMPLING_KEYS
                                 and isinstance(v, (int, float)) and not isinstance(v, bool)}
-    env = _env()
-    ctx["weight_tables"] = _weight_tables(wm)
+    ctx["weight_tables"] = _weight_tables(wm, env.filters["py"])
     ctx["layers"] = env.get_template("hf_port/layers.py.j2").render(**ctx)
     plan.files[port_rel] = env.get_template(f"hf_port/{hf.family}.py.j2").render(**ctx)
     plan.files["port_spec.py"] = env.get_template("hf_port/port_spec.py.j2").render(**ctx)

@@ -236,10 +236,11 @@ def test_dia_without_codec_subfolder_is_input_error(dia_folder, tmp_path):
 
     bare = tmp_path / "dia-no-codec"
     shutil.copytree(dia_folder, bare, ignore=shutil.ignore_patterns("audio_tokenizer"))
+    from porting_kit.scaffold.generate import _env
     from porting_kit.scaffold.hf_port import plan_port
 
     with pytest.raises(InputError, match="no sub-folder holds a codec"):
-        plan_port(read_hf_folder(bare), model_type="dia", camel="Dia", kit_version="x", models_dir="m")
+        plan_port(read_hf_folder(bare), model_type="dia", camel="Dia", kit_version="x", models_dir="m", env=_env())
 
 
 @pytest.fixture(scope="module")
