@@ -466,7 +466,7 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
             console.print(f"  backup {p}", style="yellow", markup=False)
         for n in result.notes:
             console.print(f"  note: {n}", style="yellow", markup=False)
-        if hf is not None:
+        if "port_spec.py" in result.written + result.unchanged:
             console.print(f"next: porting-kit check {Path(result.root) / 'port_spec.py'}", markup=False)
         console.print(f"next: porting-kit validate {result.root}", markup=False)
         return 0
