@@ -28,6 +28,8 @@ from porting_kit.errors import InputError
 FAMILIES = {
     "csm": ("CsmForConditionalGeneration",),
     "dia": ("DiaForConditionalGeneration",),
+    # Llama-layout causal LMs (q/k/v/o projections, gate/up/down MLP, RMSNorm, rotary)
+    "causal_lm": ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"),
 }
 #: Codec model types a separate codec sub-folder may hold.
 CODEC_MODEL_TYPES = ("mimi", "dac", "encodec", "xcodec")

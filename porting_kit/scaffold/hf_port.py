@@ -39,6 +39,11 @@ RULES = {
         PrefixRule("lm_head.", "lm_head."),
         PrefixRule("codec_model.", "codec.model.", fuse=False),
     ),
+    "causal_lm": (
+        PrefixRule("model.embed_tokens.", "embed_tokens."),
+        PrefixRule("model.", "model."),
+        PrefixRule("lm_head.", "lm_head."),
+    ),
     "dia": (
         PrefixRule("model.encoder.", "encoder."),
         PrefixRule("model.decoder.embeddings.embed.", "decoder.embed_audio."),
@@ -179,6 +184,23 @@ def _csm_context(hf: HFFolder, camel: str, kit_version: str, port_rel: str) -> d
     }
 
 
+def _causal_lm_context(hf: HFFolder, camel: str, kit_version: str, port_rel: str) -> dict[str, Any]:
+    backbone = _decoder_config(hf.config, "(top level)")
+    # biases as the checkpoint has them (Qwen2: q/k/v biased, o_proj not; Llama: attention_bias)
+    keys = hf.state_names or hf.checkpoint_keys
+    backbone["qkv_bias"] = any(k.endswith("self_attn.q_proj.bias") for k in keys)
+    backbone["o_bias"] = any(k.endswith("self_attn.o_proj.bias") for k in keys)
+    return {
+        "camel": camel, "kit_version": kit_version, "arch": hf.arch, "folder": str(hf.folder),
+        "folder_name": hf.folder.name, "port_rel": port_rel, "backbone": backbone,
+        "vocab_size": backbone["vocab_size"], "seq_len": SPEC_SEQ_LEN, "num_codebooks": 1,
+        "codec_frames": 0, "hop_length": None, "hop_source": "no codec", "sample_rate": None,
+        "stream_context": None, "stream_chunk": None, "stream_source": "no codec",
+        "generation": {k: v for k, v in hf.generation.items()
+                       if k in ("do_sample", "temperature", "top_k", "top_p", "max_new_tokens", "eos_token_id")},
+    }
+
+
 def _dia_context(hf: HFFolder, camel: str, kit_version: str, port_rel: str) -> dict[str, Any]:
     cfg = hf.config
     enc, dec = cfg.get("encoder_config"), cfg.get("decoder_config")
@@ -248,7 +270,8 @@ def plan_port(hf: HFFolder, *, model_type: str, camel: str, kit_version: str, mo
     port_rel = f"{models_dir}/{model_type}_port.py"
     wm = build_weight_map(hf.checkpoint_keys, hf.state_names, hf.renamed, hf.tied, RULES[hf.family])
     plan.weight_map = wm
-    ctx = (_csm_context if hf.family == "csm" else _dia_context)(hf, camel, kit_version, port_rel)
+    build = {"csm": _csm_context, "dia": _dia_context, "causal_lm": _causal_lm_context}[hf.family]
+    ctx = build(hf, camel, kit_version, port_rel)
     ctx["family"] = hf.family
     ctx["sampling_defaults"] = {k: v for k, v in hf.generation.items() if k in SAMPLING_KEYS
                                 and isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -272,14 +295,15 @@ def _port_doc(hf: HFFolder, ctx: dict, wm: WeightMap) -> str:
              "transformers model).", "",
              "## Values and where they came from", "",
              "| value | port | source |", "|---|---|---|",
-             f"| backbone rope_theta | {ctx['backbone']['rope']['rope_theta']!r} | config.json rope_parameters |",
-             f"| hop length | {ctx['hop_length']} | {cell(ctx['hop_source'])} |",
-             f"| sample rate | {ctx['sample_rate']} | codec_config.sampling_rate |",
-             f"| stream context frames | {ctx['stream_context']} | {cell(ctx['stream_source'])} |",
-             f"| stream chunk frames | {ctx['stream_chunk']} | porting-kit default |", "",
-             "## Weight map", "",
-             f"{len(wm.entries)} names mapped, {len(wm.skipped)} skipped, {len(wm.tied)} tied.", "",
-             "| checkpoint / state name | port parameter |", "|---|---|"]
+             f"| backbone rope_theta | {ctx['backbone']['rope']['rope_theta']!r} | config.json rope_parameters |"]
+    if ctx["hop_length"] is not None:
+        lines += [f"| hop length | {ctx['hop_length']} | {cell(ctx['hop_source'])} |",
+                  f"| sample rate | {ctx['sample_rate']} | codec sampling_rate |",
+                  f"| stream context frames | {ctx['stream_context']} | {cell(ctx['stream_source'])} |",
+                  f"| stream chunk frames | {ctx['stream_chunk']} | porting-kit default |"]
+    lines += ["", "## Weight map", "",
+              f"{len(wm.entries)} names mapped, {len(wm.skipped)} skipped, {len(wm.tied)} tied.", "",
+              "| checkpoint / state name | port parameter |", "|---|---|"]
     lines += [f"| `{cell(a)}` | `{cell(b)}` |" for a, b in table_rows(wm)]
     if wm.tied:
         lines += ["", "Tied (filled from the source when the checkpoint lacks them):", ""]

@@ -686,9 +686,12 @@ class PortRunFacts:
         Max |diff| between a request's audio and the same request run again with the same seed.
     fault : StageFault or None
         The exception the port raised (stage 0: talker or codec stage), with file and line.
+    no_synthesize : bool
+        The port has no ``synthesize`` (a causal LM without a codec): nothing to drive.
     """
 
     file: str
+    no_synthesize: bool = False
     frames: dict[str, int] = field(default_factory=dict)
     samples: dict[str, int] = field(default_factory=dict)
     hop_length: int = 0
@@ -728,10 +731,13 @@ def run_port(root: str | Path, rel: str, camel: str) -> PortRunFacts:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        facts.hop_length = int(module.HOP_LENGTH)
+        facts.hop_length = int(getattr(module, "HOP_LENGTH", 0) or 0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(WEIGHT_SEED)
             port = getattr(module, f"{camel}Port")().eval()
+        if not callable(getattr(port, "synthesize", None)):
+            facts.no_synthesize = True
+            return facts
         vocab = int(module.TEXT_VOCAB_SIZE)
         for rid, seed, frames, temperature in PORT_REQUESTS:
             runs = []

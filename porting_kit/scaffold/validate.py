@@ -1370,6 +1370,10 @@ def port_findings(facts) -> list[Finding]:
     (``run.handoff_shape``), a request with no audio (``run.no_audio``), else ``run.ok``."""
     f = facts.fault
     common = {"port": facts.file, "hop_length": facts.hop_length}
+    if f is None and facts.no_synthesize:
+        return [_run_finding("run.skipped", "skip", "The generated port has no codec stage (no synthesize): "
+                             "porting-kit check port_spec.py proves its LM; the audio side is the user's.",
+                             (facts.file, None), port=facts.file)]
     if f is not None:
         at = f" ({f.file}:{f.line})" if f.file else ""
         return [_run_finding("run.stage_exception", "fail", f"The generated port, {f.where}{at}: {f.message}",

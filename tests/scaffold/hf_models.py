@@ -82,3 +82,28 @@ def build_dia(folder: Path) -> Path:
     model.save_pretrained(folder)
     dac.save_pretrained(folder / "audio_tokenizer")
     return folder
+
+
+def build_causal_lm(folder: Path, arch: str) -> Path:
+    """A small Llama-layout causal LM (``LlamaForCausalLM`` with tied embeddings, or
+    ``Qwen2ForCausalLM``: q/k/v biased, o_proj not), seeded, saved into ``folder``; its q/k/v
+    biases are given random values (transformers initialises them to zero, which hides a
+    dropped bias)."""
+    import torch
+    import transformers
+
+    kw = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,  # noqa: C408
+              num_key_value_heads=2, vocab_size=256, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    if arch == "LlamaForCausalLM":
+        config = transformers.LlamaConfig(tie_word_embeddings=True, **kw)
+    else:
+        config = transformers.Qwen2Config(**kw)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = getattr(transformers, arch)(config).eval()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith(".bias"):
+                    p.normal_(std=0.1)
+    model.save_pretrained(folder)
+    return folder

@@ -285,3 +285,31 @@ def test_dia_planted_faults_are_named(dia_scaffold, tmp_path):
                     "STREAM_LOOKAHEAD_FRAMES = 0\n", model="dia")
     codes = {f.code for f in run_check(str(spec), only="hop").findings if f.status == "fail"}
     assert codes & {"hop.stream_boundary", "hop.stream_lookahead"}, codes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen2ForCausalLM"])
+def test_causal_lm_scaffold_check_passes_clean(tmp_path, arch):
+    """A Llama-layout causal LM: tied lm_head (Llama) and q/k/v-only biases (Qwen2) come from the
+    checkpoint's own key names; the port passes clean; its run tier says skip (no codec)."""
+    from hf_models import build_causal_lm
+
+    from porting_kit import run_check
+    from porting_kit.scaffold.validate import load_manifests, run_tier
+
+    folder = build_causal_lm(tmp_path / "lm", arch)
+    out = tmp_path / "out"
+    assert main(["scaffold", "--hf", str(folder), "--model-type", "lm", "--out", str(out)]) == 0
+    port = _port_file(out, "lm").read_text(encoding="utf-8")
+    if arch == "LlamaForCausalLM":
+        assert '"lm_head.weight": "embed_tokens.weight"' in port  # tied, filled from the embeddings
+    else:
+        assert '"qkv_bias": true' in port.lower() and '"o_bias": false' in port.lower()
+    report = run_check(str(out / "port_spec.py"))
+    codes = {f.code: f.status for f in report.findings}
+    assert report.status == "pass", [(f.code, f.message) for f in report.findings if f.status == "fail"]
+    for code in ("parity.ok", "config.ok", "rope.ok", "norm.ok", "sampling.ok"):
+        assert codes.get(code) == "pass", (code, codes)
+    assert not [c for c, s in codes.items() if s == "warn"], codes
+    port_run = [f for f in run_tier(out, load_manifests(out)[0]) if f.evidence.get("port")]
+    assert [(f.code, f.status) for f in port_run] == [("run.skipped", "skip")]
