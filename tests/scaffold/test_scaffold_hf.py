@@ -308,8 +308,12 @@ def test_causal_lm_scaffold_check_passes_clean(tmp_path, arch):
     report = run_check(str(out / "port_spec.py"))
     codes = {f.code: f.status for f in report.findings}
     assert report.status == "pass", [(f.code, f.message) for f in report.findings if f.status == "fail"]
-    for code in ("parity.ok", "config.ok", "rope.ok", "norm.ok", "sampling.ok"):
+    for code in ("parity.ok", "config.ok", "rope.ok", "norm.ok", "sampling.ok", "decode.ok"):
         assert codes.get(code) == "pass", (code, codes)
     assert not [c for c, s in codes.items() if s == "warn"], codes
+    # a decode step whose new token cannot attend to itself is named by the decode family
+    spec = _planted(out, tmp_path, ".tril(diagonal=past)", ".tril(diagonal=past - 1)", model="lm")
+    bad = {f.code for f in run_check(str(spec), only="decode").findings if f.status == "fail"}
+    assert bad and all(c.startswith("decode.") for c in bad), bad
     port_run = [f for f in run_tier(out, load_manifests(out)[0]) if f.evidence.get("port")]
     assert [(f.code, f.status) for f in port_run] == [("run.skipped", "skip")]
