@@ -402,6 +402,12 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
                                                    help="A Python identifier: module, registry key, stage name."),
              config: Path | None = typer.Option(None, "--config", metavar="CONFIG_JSON",
                                                 help="The model's HF config.json."),
+             hf: Path | None = typer.Option(None, "--hf", metavar="DIR",
+                                            help="A Hugging Face model folder (save_pretrained): also generate "
+                                                 "the port itself (vLLM-style talker, load_weights from the "
+                                                 "checkpoint's key names, the reference codec with streaming), "
+                                                 "port_spec.py and the weight-map README; --config, --model-type, "
+                                                 "--shape and --framework default from it."),
              out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Write a fresh tree here."),
              into: Path | None = typer.Option(None, "--into", metavar="PATH",
                                               help="Write into an existing framework checkout, adding the "
@@ -430,6 +436,9 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
 
     Needs --framework, --shape, --model-type, --config and one of --out / --into;
     in a terminal, missing ones are asked for, otherwise they are a usage error.
+    With --hf DIR the first four default from the folder (the shape is proposed from the
+    architecture, and the reason printed) and the port is generated: then
+    `porting-kit check OUT/port_spec.py` proves it against the folder's transformers model.
     """
 
     def body() -> int:
@@ -439,6 +448,12 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
         values: dict[str, Any] = {"framework": framework.value if framework else None,
                                   "shape": shape.value if shape else None,
                                   "model_type": model_type, "config": config, "out": out, "into": into}
+        if hf is not None:
+            from porting_kit.scaffold.generate import hf_defaults
+
+            values["hf"] = hf
+            for line in hf_defaults(values, trust_remote_code=trust_remote_code):
+                console.print(line, markup=False)
         _ask_missing(values, interactive=sys.stdin.isatty())
         result = write_scaffold(ScaffoldOptions(**values, arch=arch, force=force, hf_id=hf_id,
                                                 max_num_seqs=max_num_seqs, serial_reason=serial_reason,
@@ -456,6 +471,8 @@ def scaffold(framework: Framework | None = typer.Option(None, "--framework", sho
             console.print(f"  backup {p}", style="yellow", markup=False)
         for n in result.notes:
             console.print(f"  note: {n}", style="yellow", markup=False)
+        if "port_spec.py" in result.written + result.unchanged:
+            console.print(f"next: porting-kit check {Path(result.root) / 'port_spec.py'}", markup=False)
         console.print(f"next: porting-kit validate {result.root}", markup=False)
         return 0
 

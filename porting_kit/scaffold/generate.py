@@ -114,6 +114,9 @@ class ScaffoldOptions:
         The upstream package's wheel / unpacked folder (``--upstream-package``): when its pins
         allow an import the scaffold says so; when they do not, its codec / config files are
         vendored under the model folder's ``_vendored/`` (:mod:`porting_kit.scaffold.vendor`).
+    hf : str or Path or None
+        A Hugging Face model folder (``--hf``): the port itself, ``port_spec.py`` and the
+        weight-map README are generated from it (:mod:`porting_kit.scaffold.hf_port`).
     """
 
     framework: str
@@ -129,6 +132,7 @@ class ScaffoldOptions:
     serial_reason: str | None = None
     trust_remote_code: bool = False
     upstream_package: str | Path | None = None
+    hf: str | Path | None = None
 
 
 @dataclass
@@ -674,6 +678,84 @@ def plan_files(opts: ScaffoldOptions, facts: ModelFacts) -> tuple[list[PlannedFi
     return files, ctx
 
 
+def hf_defaults(values: dict, trust_remote_code: bool = False) -> list[str]:
+    """Fill ``config``, ``model_type``, ``shape`` and ``framework`` in ``values`` from the folder
+    ``values["hf"]`` where the user gave none; return the lines to print (the shape and why).
+
+    Raises
+    ------
+    InputError
+        The folder cannot be read (:func:`porting_kit.scaffold.hf_folder.read_hf_folder`), or
+        ``--config`` names another file than the folder's ``config.json``.
+    """
+    from porting_kit.scaffold.hf_folder import propose_shape, read_hf_folder
+
+    hf = read_hf_folder(values["hf"], trust_remote_code=trust_remote_code, build_model=False)
+    lines = []
+    cfg = hf.folder / "config.json"
+    if values.get("config") and Path(values["config"]).expanduser().resolve() != cfg:
+        raise InputError(f"--config {values['config']} and --hf {values['hf']} disagree: --hf reads {cfg}; "
+                         "give one of them")
+    values["config"] = cfg
+    if not values.get("model_type") and hf.model_type:
+        values["model_type"] = hf.model_type
+    if not values.get("framework"):
+        values["framework"] = "vllm-omni"
+    if not values.get("shape"):
+        shape, why = propose_shape(hf)
+        values["shape"] = shape
+        lines.append(f"shape {shape} (proposed; --shape overrides): {why}")
+    return lines
+
+
+def _codec_folder_facts(facts: ModelFacts, opts: ScaffoldOptions) -> list[str]:
+    """Set the codec facts (sample rate, hop length, codebooks) of the ``--hf`` folder's codec — its
+    ``codec_config`` or a codec sub-folder (Dia keeps DAC apart) — read through transformers' config
+    class (Mimi's hop is its ``frame_size``, not the product of ``upsampling_ratios``). Returns a
+    note for each value that replaced a different one read from config.json's keys."""
+    from porting_kit.scaffold.hf_folder import read_hf_folder
+    from porting_kit.scaffold.hf_port import CODEC_CLASSES, codec_facts
+
+    hf = read_hf_folder(opts.hf, trust_remote_code=opts.trust_remote_code, build_model=False)
+    codec, where = hf.codec_config, f"{hf.codec_dir.name}/config.json" if hf.codec_dir else ""
+    if codec is None and isinstance(hf.config.get("codec_config"), dict):
+        codec, where = hf.config["codec_config"], "config.json codec_config"
+    if codec is None or codec.get("model_type") not in CODEC_CLASSES:
+        return []
+    _cls, hop, rate, hop_source = codec_facts(codec)
+    found = {"sample_rate": Fact(rate, f"{where} sampling_rate"), "hop_length": Fact(hop, f"{where} ({hop_source})")}
+    n = codec.get("n_codebooks", codec.get("num_quantizers"))
+    if isinstance(n, int) and n > 0 and facts.num_codebooks is None:
+        found["num_codebooks"] = Fact(n, f"{where} n_codebooks")
+    notes = []
+    for name, fact in found.items():
+        old = getattr(facts, name)
+        if old is not None and old.value != fact.value:
+            notes.append(f"{name} {fact.value} from {fact.source}, not {old.value} ({old.source})")
+        setattr(facts, name, fact)
+    return notes
+
+
+def _plan_hf_port(opts: ScaffoldOptions, ctx: dict, files: list[PlannedFile]) -> list[str]:
+    """Add the port, ``port_spec.py`` and the weight-map README of ``opts.hf`` to ``files``;
+    return the notes (nothing without ``--hf``)."""
+    if opts.hf is None:
+        return []
+    from porting_kit.scaffold.hf_folder import read_hf_folder
+    from porting_kit.scaffold.hf_port import plan_port
+
+    hf = read_hf_folder(opts.hf, trust_remote_code=opts.trust_remote_code)
+    models = (f"sglang_omni/models/{opts.model_type}" if opts.framework == "sglang-omni"
+              else f"vllm_omni/model_executor/models/{opts.model_type}")
+    plan = plan_port(hf, model_type=opts.model_type, camel=ctx["camel"], kit_version=ctx["kit_version"],
+                     models_dir=models, env=_env())
+    kinds = {"port_spec.py": "port_spec"}
+    for rel, text in plan.files.items():
+        kind = kinds.get(rel, "port_doc" if rel.endswith(".md") else "port")
+        files.append(PlannedFile(rel if kind != "port_doc" else f"{models}/README.md", text, kind))
+    return hf.notes + plan.notes
+
+
 def registration_entries(ctx: dict) -> list[tuple[str, str, str, str]]:
     """Model-registry rows ``(arch, folder, module, class)`` for the shape.
 
@@ -783,7 +865,9 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
     if (opts.out is None) == (opts.into is None):
         raise InputError("give exactly one of --out DIR (fresh tree) or --into PATH (existing checkout)")
     facts = read_model_facts(opts.config)
+    codec_notes = _codec_folder_facts(facts, opts) if opts.hf is not None else []
     files, ctx = plan_files(opts, facts)
+    port_notes = codec_notes + _plan_hf_port(opts, ctx, files)
     into = opts.into is not None
     root = Path(opts.into if into else opts.out).expanduser().resolve()
     if into:
@@ -872,7 +956,7 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
             txn.write_text(_safe_target(root, rel), new)
             result.registrations.append(rel)
     result.manifest = manifest_rel
-    result.notes += ctx["notes"]
+    result.notes += ctx["notes"] + port_notes
     if facts.auto_map and not opts.trust_remote_code and opts.framework == "vllm-omni":
         result.notes.append("config.json has auto_map: the model's code ships with the checkpoint and loading it "
                             "needs trust_remote_code; rerun with --trust-remote-code to write trust_remote_code: "

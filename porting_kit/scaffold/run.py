@@ -789,3 +789,97 @@ def run_pipeline(root: str | Path, manifest: dict[str, Any], *, device: str = "c
 
                 shutil.rmtree(tree.config_dir, ignore_errors=True)
     return facts
+
+
+# -- the generated port (scaffold --hf) -------------------------------------------------------
+#: Requests the port is driven with: (id, text token seed, frames, temperature).
+PORT_REQUESTS = (("port-greedy", 1, 6, 0.0), ("port-sampled", 2, 5, 0.9))
+
+
+@dataclass
+class PortRunFacts:
+    """What driving the generated port (``<model>_port.py``, ``synthesize``) showed.
+
+    Attributes
+    ----------
+    file : str
+        The port file, relative to the scaffold root.
+    frames, samples : dict of str to int
+        Codec frames and audio samples per request.
+    hop_length : int
+        The port's ``HOP_LENGTH``.
+    repeat_diff : dict of str to float
+        Max |diff| between a request's audio and the same request run again with the same seed.
+    fault : StageFault or None
+        The exception the port raised (stage 0: talker or codec stage), with file and line.
+    no_synthesize : bool
+        The port has no ``synthesize`` (a causal LM without a codec): nothing to drive.
+    """
+
+    file: str
+    no_synthesize: bool = False
+    frames: dict[str, int] = field(default_factory=dict)
+    samples: dict[str, int] = field(default_factory=dict)
+    hop_length: int = 0
+    repeat_diff: dict[str, float] = field(default_factory=dict)
+    fault: StageFault | None = None
+
+
+def run_port(root: str | Path, rel: str, camel: str) -> PortRunFacts:
+    """Build the generated port with seeded weights and synthesize :data:`PORT_REQUESTS` through
+    its own ``synthesize`` (talker frame by frame, then the codec stage's chunked decode), each twice.
+
+    Parameters
+    ----------
+    root : str or Path
+        The scaffold root.
+    rel : str
+        The port file relative to ``root`` (the manifest's ``port:`` entry).
+    camel : str
+        The model's CamelCase (the port class is ``<camel>Port``).
+
+    Returns
+    -------
+    PortRunFacts
+    """
+    import importlib.util
+
+    import torch
+
+    from porting_kit.adapters.torchaudio_guard import ensure_importable
+
+    ensure_importable()  # the port's codec stage imports transformers
+    root = Path(root).resolve()
+    facts = PortRunFacts(file=rel)
+    name = f"porting_kit_port_{uuid.uuid4().hex[:8]}"
+    try:
+        spec = importlib.util.spec_from_file_location(name, root / rel)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        facts.hop_length = int(getattr(module, "HOP_LENGTH", 0) or 0)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(WEIGHT_SEED)
+            port = getattr(module, f"{camel}Port")().eval()
+        if not callable(getattr(port, "synthesize", None)):
+            facts.no_synthesize = True
+            return facts
+        vocab = int(module.TEXT_VOCAB_SIZE)
+        for rid, seed, frames, temperature in PORT_REQUESTS:
+            runs = []
+            for _ in range(2):
+                text = torch.randint(0, vocab, (8,), generator=torch.Generator().manual_seed(seed))
+                codes, audio = port.synthesize(text, frames, temperature, torch.Generator().manual_seed(seed))
+                runs.append((codes, audio))
+            codes, audio = runs[0]
+            facts.frames[rid], facts.samples[rid] = int(codes.shape[-1]), int(audio.numel())
+            same = runs[1][1].shape == audio.shape
+            facts.repeat_diff[rid] = float((runs[1][1] - audio).abs().max()) if same and audio.numel() else (
+                0.0 if same else float("inf"))
+    except Exception as exc:  # noqa: BLE001 - reported as a finding with the file and line
+        file, line = _where_in_tree(exc, root)
+        facts.fault = StageFault(kind="exception", stage=0, where=f"{camel}Port.synthesize",
+                                 message=f"{type(exc).__name__}: {exc}", file=file, line=line)
+    finally:
+        sys.modules.pop(name, None)
+    return facts

@@ -1419,7 +1419,50 @@ def run_tier(root: Path, manifest: dict, *, device: str = "cpu", upstream: Any =
         return [Finding("run", "run.skipped", "skip", "run tier: torch is not installed.", {}, Where(), "")]
     from porting_kit.scaffold.run import run_pipeline
 
-    return run_findings(run_pipeline(Path(root), manifest, device=device, upstream=upstream))
+    out = run_findings(run_pipeline(Path(root), manifest, device=device, upstream=upstream))
+    port = next((v for k, v in manifest.get("files", {}).items() if k.startswith("port:")), None)
+    if port is not None and device == "cpu":
+        from porting_kit.scaffold.generate import camel_case
+        from porting_kit.scaffold.run import run_port
+
+        out += port_findings(run_port(Path(root), port, camel_case(str(manifest.get("model_type", "")))))
+    return out
+
+
+def port_findings(facts) -> list[Finding]:
+    """Findings of the generated port's run (:func:`porting_kit.scaffold.run.run_port`): its
+    exception (``run.stage_exception``), audio that is not ``frames x HOP_LENGTH`` samples
+    (``run.handoff_shape``), a request with no audio (``run.no_audio``), else ``run.ok``."""
+    f = facts.fault
+    common = {"port": facts.file, "hop_length": facts.hop_length}
+    if f is None and facts.no_synthesize:
+        return [_run_finding("run.skipped", "skip", "The generated port has no codec stage (no synthesize): "
+                             "porting-kit check port_spec.py proves its LM; the audio side is the user's.",
+                             (facts.file, None), port=facts.file)]
+    if f is not None:
+        at = f" ({f.file}:{f.line})" if f.file else ""
+        return [_run_finding("run.stage_exception", "fail", f"The generated port, {f.where}{at}: {f.message}",
+                             (f.file, f.line), call=f.where, file=f.file, line=f.line, **common)]
+    out = []
+    silent = [rid for rid, n in facts.samples.items() if n == 0]
+    if silent:
+        out.append(_run_finding("run.no_audio", "fail", f"The generated port synthesized no audio for "
+                                f"{', '.join(silent)}.", (facts.file, None), requests=", ".join(silent), **common))
+    wrong = [(rid, n) for rid, n in facts.samples.items() if n and n != facts.frames[rid] * facts.hop_length]
+    if wrong:
+        rid, n = wrong[0]
+        out.append(_run_finding(
+            "run.handoff_shape", "fail", f"The generated port's codec stage gave {rid} {n} samples for "
+            f"{facts.frames[rid]} frames x HOP_LENGTH {facts.hop_length} = {facts.frames[rid] * facts.hop_length}.",
+            (facts.file, None), request=rid, samples=n, frames=facts.frames[rid], **common))
+    if not out:
+        out.append(_run_finding(
+            "run.ok", "pass", f"The generated port ran on cpu: {len(facts.samples)} requests through its own "
+            f"synthesize (talker frame by frame, codec stage streaming), {sum(facts.frames.values())} frames, "
+            f"{sum(facts.samples.values())} samples.", (facts.file, None),
+            frames=sum(facts.frames.values()), samples=sum(facts.samples.values()),
+            repeat_max_abs_diff=max(facts.repeat_diff.values(), default=0.0), **common))
+    return out
 
 
 # -- the GPU tier ----------------------------------------------------------------------------
