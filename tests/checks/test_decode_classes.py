@@ -102,6 +102,7 @@ def test_static_cache_written_at_its_position_passes(case):
     assert run_check(static_cache_spec(**case), only="decode").codes() == ["decode.ok"]
 
 
+@pytest.mark.slow
 def test_write_slot_that_never_advances_names_the_zero_slots():
     """The field case: every step writes the first decode slot and reads zero-filled slots."""
     spec = static_cache_spec(2, 2, 6, 1, "slot_fixed_first_decode", True)
