@@ -609,9 +609,11 @@ def tail_fit(spec, pair: AudioPair) -> TailFit | None:
 
 
 def _row_groups(K: int) -> list[tuple[int, ...]]:
-    """Contiguous codebook groups a delay-pattern undo can shift: prefixes, suffixes, single rows."""
+    """Codebook groups a delay-pattern undo can shift: prefixes, suffixes, single rows, and
+    every row but one (the others shifted against one row kept in place)."""
     groups = [tuple(range(g)) for g in range(1, K)] + [tuple(range(g, K)) for g in range(1, K)]
     groups += [(k,) for k in range(K)]
+    groups += [tuple(j for j in range(K) if j != k) for k in range(K)] if K > 2 else []
     return list(dict.fromkeys(groups))
 
 
