@@ -6,6 +6,10 @@ Codes:
   (row spans, attention/padding masks, position ids after left padding); evidence names
   the row, its length, the relative error and the first module (solo call order) whose
   output for that row differs;
+* ``batch.position_ids`` - the first differing module (a position embedding) holds the row's
+  solo output at another offset: positions counted from the batch's first slot rather than
+  the row's first token (left padding without position ids); evidence: both offsets, the
+  padding, whether the module's output is one row broadcast over the batch;
 * ``batch.ok``; ``batch.skipped`` (no parity trio, or no ``run_candidate_batch``).
 
 Measured by :func:`porting_kit.probes.batch.measure_batch`; requests from the spec's
@@ -32,7 +36,8 @@ def run(ctx: CheckContext) -> list[Finding]:
     Returns
     -------
     list of Finding
-        ``batch.row_mismatch`` (one, the first bad row), else ``batch.ok``; or ``batch.skipped``.
+        ``batch.position_ids`` or ``batch.row_mismatch`` (one, the first bad row), else
+        ``batch.ok``; or ``batch.skipped``.
 
     Raises
     ------
@@ -84,6 +89,10 @@ def run(ctx: CheckContext) -> list[Finding]:
     ev.update({"row": r.row, "row_length": r.length, "row_rel_err": r.rel_err, "row_max_abs": r.max_abs,
                "bad_rows": ", ".join(map(str, bad)), "first_module": m.first_module or "",
                "first_module_rel_err": m.first_module_rel_err, "padding_side": m.span or ""})
+    if m.first_module_broadcast:
+        ev["first_module_broadcast"] = True
+    if m.position_offset is not None and m.first_module:
+        return [_position_ids_finding(m, r, ev)]
     shape = "" if r.shape_ok else " (its batched output has a different size)"
     return [Finding(P, "batch.row_mismatch", "fail",
                     f"Row {r.row} (length {r.length}) of the padded batch differs from the same request "
@@ -93,3 +102,23 @@ def run(ctx: CheckContext) -> list[Finding]:
                     "Each row must see only its own tokens: mask padding in attention (padding mask "
                     "with the causal mask), start position ids at 0 after left padding "
                     "(positions = cumsum(mask) - 1), and slice each request's output from its own span.")]
+
+
+def _position_ids_finding(m, r, ev: dict) -> Finding:
+    """``batch.position_ids``: the first differing module holds the row's solo output at another
+    offset (its positions count the batch's slots, not the row's tokens)."""
+    found, own = m.position_offset
+    pad = abs(own - found)
+    shared = " (one output of batch 1 shared by every row)" if m.first_module_broadcast else ""
+    ev.update({"position_offset_found": found, "position_offset_expected": own, "padding_tokens": pad})
+    return Finding(
+        P, "batch.position_ids", "fail",
+        f"Row {r.row} (length {r.length}, {pad} padding tokens, {m.span or '?'} padding) of the padded batch "
+        f"differs from its solo run (relative error {r.rel_err:.3g}): {m.first_module}{shared} gives it the "
+        f"output of positions {found}..{found + r.length - 1} where its tokens sit at "
+        f"{own}..{own + r.length - 1}: the positions ignore the padding (counted from the batch's "
+        f"first slot, not the row's first token).",
+        {k: v for k, v in ev.items() if v is not None}, Where(None, m.first_module),
+        "Pass position ids that skip the padding (positions = attention_mask.cumsum(-1) - 1, "
+        "clamped at 0) to the position embedding, per row; never arange(max_len) shared by the "
+        "batch under left padding.")

@@ -169,6 +169,21 @@ def _layout_finding(cmp: WaveformComparison, names: tuple[str, str]) -> Finding:
             {"channels": C, "channel_used": fit.channel_used, "hypothesis_snr_db": fit.hypothesis_snr_db,
              "mean_downmix_snr_db": fit.mean_downmix_snr_db},
             "Mix down with x.mean(dim=channel_axis), not x[0] / x[:, 0].")
+    if fit.layout == "channel_axis_resampled":
+        m = cmp.metrics
+        return _finding(
+            "channel.axis_mismatch",
+            f"{names[1]} ({m.candidate_samples} samples) is a fixed mix {list(fit.mix_weights)} of the "
+            f"{C} channels of {names[0]} ({m.reference_samples} samples) left at a time scale "
+            f"{ratio:.4f}x off: the resampler ran along the channel axis of a (samples, channels) "
+            f"clip (channels resampled, samples untouched), then the channels were mixed down.",
+            {"layout": fit.layout, "channels": C, "length_ratio": round(ratio, 6),
+             "mix_weights": list(fit.mix_weights), "hypothesis_snr_db": fit.hypothesis_snr_db,
+             "mean_downmix_snr_db": fit.mean_downmix_snr_db,
+             "reference_samples": m.reference_samples, "candidate_samples": m.candidate_samples},
+            "Resample along the sample axis: (channels, samples) clips with axis=-1, or transpose "
+            "a soundfile (samples, channels) array first (librosa.resample(x.T, ...)).",
+            [0, fit.candidate_samples])
     ref_peak, cand_peak = fit.reference_peak_hz, fit.candidate_peak_hz
     how = "x.T.reshape(-1)" if fit.layout == "interleaved" else "x.reshape(-1)"
     octave = cand_peak > 0 and abs(ref_peak / cand_peak - ratio) < 0.05 * ratio

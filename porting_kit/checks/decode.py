@@ -15,7 +15,11 @@ code                       meaning
                            while the prefill matched (evidence: ``position``, ``start_pos``,
                            ``offset``).
 ``decode.kv_cache``          a decode step matches the reference run with its KV cache one token
-                           short (the previous token's K/V missing or overwritten).
+                           short (the previous token's K/V missing or overwritten), or with
+                           the cache a static cache's wrong write slot leaves (a slot that
+                           never advances or lags the position, unwritten slots read as
+                           zeros or skipped: ``write_scheme``, ``zero_slots_read``,
+                           ``positions_missing`` in the evidence).
 ``decode.ok``                prefill and every step within tolerance.
 ``decode.skipped``           no parity trio, no ``input_ids`` prompt, or a side that cannot be
                            stepped (no ``<side>_step`` and no ``past_key_values``).
@@ -174,6 +178,9 @@ def _diagnose(ctx: CheckContext, trace, bad, loc) -> list[Finding]:
     kind, what, err = min(tried, key=lambda t: t[2])
     if err > bound and not _within(err, within):
         return []
+    short = next((t for t in tried if t[1] == "one_short"), None)
+    if kind == "cache" and short is not None and (short[2] <= bound or _within(short[2], within)):
+        kind, what, err = short  # the same cache as a scheme's at this step: the plainer name
     where = (Where(reference=loc.reference_module, candidate=loc.candidate_module) if loc is not None
              else Where(reference="<output>", candidate="<output>"))
     ev = {"step": bad.step, "start_pos": bad.start_pos, "logits_rel_err": bad.rel_err,
@@ -189,6 +196,8 @@ def _diagnose(ctx: CheckContext, trace, bad, loc) -> list[Finding]:
             "prefill matched.", evidence=ev, where=where,
             hint="Pass the request's running position (start_pos / positions tensor) to the rotary "
                  "embedding in the decode path, not 0 or the chunk-local index.")]
+    if what != "one_short":
+        return [_write_scheme_finding(trace, bad, what, err, ev, where)]
     ev.update({"cache_tokens_seen": bad.start_pos - 1, "cache_tokens_expected": bad.start_pos})
     return [Finding(
         PREFIX, "decode.kv_cache", "fail",
@@ -197,6 +206,43 @@ def _diagnose(ctx: CheckContext, trace, bad, loc) -> list[Finding]:
         f"{bad.rel_err:.3g}): the previous token's K/V is missing or overwritten.", evidence=ev, where=where,
         hint="Write the new token's K/V at slot start_pos (slot_mapping) and read the cache up to "
              "start_pos + 1; check the cache update is not skipped in the one-token path.")]
+
+
+_SCHEME_TEXT = {
+    "slot_fixed_first_decode": "the KV write slot never advances (every step writes slot {T}, "
+                               "the first decode slot)",
+    "slot_fixed_last_prompt": "the KV write slot never advances (every step writes slot {T1}, the "
+                              "last prompt token's)",
+    "slot_lags_one": "each step writes its K/V one slot behind its position (start_pos - 1), "
+                     "overwriting the previous token",
+    "slot_lags_two": "each step writes its K/V two slots behind its position (start_pos - 2)",
+}
+
+
+def _write_scheme_finding(trace, bad, what: str, err: float, ev: dict, where: Where) -> Finding:
+    """``decode.kv_cache`` for a static cache's wrong write slot (:data:`WRITE_SCHEMES`)."""
+    from porting_kit.probes.decode import cache_slots
+
+    scheme, _, zeros = what.partition(":")
+    T = trace.prompt_len
+    slots = cache_slots(scheme, bad.step, T, bool(zeros))
+    n_zero = sum(p is None for p in slots)
+    seen = len(slots) - n_zero + 1
+    text = _SCHEME_TEXT[scheme].format(T=T, T1=T - 1)
+    read = (f"and reads {n_zero} zero-filled slot{'s' if n_zero != 1 else ''} never written"
+            if zeros else "and reads only the slots it wrote")
+    ev.update({"write_scheme": scheme, "zero_slots_read": n_zero, "cache_tokens_seen": seen,
+               "cache_tokens_expected": bad.start_pos + 1,
+               "positions_missing": ", ".join(str(p) for p in sorted(set(range(bad.start_pos)) -
+                                                                    {p for p in slots if p is not None}))})
+    return Finding(
+        PREFIX, "decode.kv_cache", "fail",
+        f"Decode step {bad.step} (position {bad.start_pos}) matches the reference run with the cache a "
+        f"wrong KV write leaves: {text}, {read} ({seen} real tokens attended instead of "
+        f"{bad.start_pos + 1}; ||a-b||/||b|| {err:.3g} vs {bad.rel_err:.3g}).", evidence=ev, where=where,
+        hint="Write each new token's K/V at slot start_pos (slot_mapping / cache_position from the "
+             "request's running position, advanced every step) and read exactly start_pos + 1 "
+             "slots; never attend to unwritten (zero) slots.")
 
 
 def _within(rel_err: float, tol) -> bool:

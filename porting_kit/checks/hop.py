@@ -30,13 +30,17 @@ every finding is built here):
   of different lengths), a request streams another request's (or the padded
   batch's) length: its trim uses the wrong row (``request``, both lengths and
   the first mismatching sample in the evidence);
-* ``hop.delay_pattern_tail`` - the candidate is whole frames longer and equals the
-  reference decode of the codes followed by padding frames (a delay pattern's
-  padding, special tokens clamped to code 0, decoded as audio); reported instead of
+* ``hop.delay_pattern_tail`` - the candidate differs only at its end: it is whole
+  frames longer and equals the reference decode of the codes followed by padding
+  frames (special tokens clamped to a code, decoded as audio), or it matches the
+  reference up to a frame in its second half and differs only in its last
+  ``<= num_codebooks`` code frames (the codec's measured lookahead allowed for): the
+  last frames decoded with codebooks still shifted; reported instead of
   ``hop.length_mismatch``, which it explains;
 * ``hop.codebook_offset`` - one group of codebooks is shifted by whole frames
-  against the others (a delay pattern undone off by one), found by decoding the
-  shifted codes on the reference;
+  against the others (a delay pattern undone off by one or by more), or spurious
+  code groups are decoded before the codes (every codebook late); found by decoding
+  the shifted codes on the reference and comparing the samples those codes fix;
 * ``hop.unexplained`` - the audio differs and no hypothesis fits (numbers shown).
 
 Length and timing come first: every audio finding's evidence carries both lengths
@@ -252,37 +256,58 @@ def tail_finding(pair) -> Finding:
     """``hop.delay_pattern_tail`` from the pair's :class:`~porting_kit.probes.codec_pair.TailFit`."""
     t, m = pair.tail, pair.comparison.metrics
     nr, nc = m.reference_samples, m.candidate_samples
+    size = (f"{t.extra_frames} frames ({nc - nr} samples) longer than the reference ({nc} vs {nr})"
+            if t.extra_frames else f"as long as the reference ({nc} samples)")
+    if t.pad:
+        how = (f"it decodes the {t.extra_frames} padding frames of a delay pattern ({t.pad}) as "
+               f"audio; the reference decode with that padding reproduces it (SNR "
+               f"{t.hypothesis_snr_db:.1f} dB vs {t.given_snr_db:.1f} dB as given)")
+    else:
+        past = f" and {t.extra_frames} frames past the end" if t.extra_frames else ""
+        how = (f"it matches the reference up to frame {t.first_divergent_frame} (SNR "
+               f"{t.head_snr_db:.1f} dB) and differs only in its last {t.tail_frames} code frames"
+               f"{past} (the codec looks {t.lookahead_frames} frames ahead): the end of a delay "
+               f"pattern decoded with some codebooks still shifted or holding padding "
+               f"(SNR {t.given_snr_db:.1f} dB over the whole length)")
+    ev = {"extra_frames": t.extra_frames, "pad": t.pad, "num_codebooks": t.num_codebooks,
+          "hop_length": pair.hop_length, "hypothesis_snr_db": t.hypothesis_snr_db,
+          "given_snr_db": t.given_snr_db, "difference_samples": nc - nr,
+          "tail_frames": t.tail_frames, "first_divergent_frame": t.first_divergent_frame,
+          "lookahead_frames": t.lookahead_frames, "head_snr_db": t.head_snr_db}
+    start = nr if t.first_divergent_frame is None else t.first_divergent_frame * (pair.hop_length or 0)
     return _finding(
-        "hop.delay_pattern_tail",
-        f"The candidate is {t.extra_frames} frames ({nc - nr} samples) longer than the reference "
-        f"({nc} vs {nr}): it decodes the {t.extra_frames} padding frames of a delay pattern "
-        f"({t.pad}) as audio; the reference decode with that padding reproduces it "
-        f"(SNR {t.hypothesis_snr_db:.1f} dB vs {t.given_snr_db:.1f} dB as given).",
-        {"extra_frames": t.extra_frames, "pad": t.pad, "num_codebooks": t.num_codebooks,
-         "hop_length": pair.hop_length, "hypothesis_snr_db": t.hypothesis_snr_db,
-         "given_snr_db": t.given_snr_db, "difference_samples": nc - nr},
-        "Undo the delay pattern before decoding: drop the num_codebooks - 1 padding frames (and "
-        "stop at the first frame holding a special token) instead of clamping special tokens to "
-        "a code and decoding them.", [int(nr), int(nc)])
+        "hop.delay_pattern_tail", f"The candidate is {size}: {how}.", ev,
+        "Undo the delay pattern before decoding: codebook k is codes[k, k:k + frames] (its own "
+        "delay), drop the num_codebooks - 1 padding frames (and stop at the first frame holding "
+        "a special token) instead of clamping special tokens to a code and decoding them.",
+        [int(min(start, nr)), int(max(nr, nc))])
 
 
 def codebook_offset_finding(pair) -> Finding:
     """``hop.codebook_offset`` from the pair's ``CodebookShiftFit``."""
     f, m = pair.codebook_shift, pair.comparison.metrics
     rows = ", ".join(str(r) for r in f.rows)
+    n = abs(f.shift_frames)
+    frames = f"{n} frame{'s' if n > 1 else ''}"
+    if len(f.rows) == f.num_codebooks:
+        what = (f"The candidate decodes {n} spurious code group{'s' if n > 1 else ''} (frames) before "
+                f"the codes: every codebook is read {frames} late")
+    else:
+        what = (f"Codebook{'s' if len(f.rows) > 1 else ''} {rows} of {f.num_codebooks} are read "
+                f"{frames} {'early' if f.shift_frames > 0 else 'late'} against the others")
     return _finding(
         "hop.codebook_offset",
-        f"Codebook{'s' if len(f.rows) > 1 else ''} {rows} of {f.num_codebooks} are read "
-        f"{abs(f.shift_frames)} frame{'s' if abs(f.shift_frames) > 1 else ''} "
-        f"{'early' if f.shift_frames > 0 else 'late'} against the others ({f.frames_used} frames "
-        f"decoded, {m.candidate_samples} vs {m.reference_samples} samples); decoding the reference "
-        f"with that shift reproduces the candidate (SNR {f.hypothesis_snr_db:.1f} dB vs "
+        f"{what} ({f.candidate_frames} frames decoded, {m.candidate_samples} vs "
+        f"{m.reference_samples} samples); decoding the reference with that shift reproduces the "
+        f"candidate over {f.compared_frames} frames (SNR {f.hypothesis_snr_db:.1f} dB vs "
         f"{f.given_snr_db:.1f} dB as given).",
         {"rows": rows, "shift_frames": f.shift_frames, "frames_used": f.frames_used,
+         "candidate_frames": f.candidate_frames, "compared_frames": f.compared_frames,
          "num_codebooks": f.num_codebooks, "hypothesis_snr_db": f.hypothesis_snr_db,
          "given_snr_db": f.given_snr_db},
         "Undo the delay pattern with one offset per codebook (codebook k starts k frames later: "
-        "codes[k, k:k + frames]) and check the slice of each group against the pattern builder.")
+        "codes[k, k:k + frames]), check the slice of each group against the pattern builder, and "
+        "drop any code groups before the first audio frame (prompt or special tokens).")
 
 
 def codec_findings(pair) -> list[Finding]:
@@ -693,8 +718,11 @@ def run(ctx) -> list[Finding]:
     if isinstance(pair, str):
         return [skip("hop", pair)]
     found = waveform_findings(pair.comparison) + codec_findings(pair)
-    if pair.tail is not None:  # the cause of the length difference: reported in its place
-        found = [tail_finding(pair) if f.code == "hop.length_mismatch" else f for f in found]
+    if pair.codebook_shift is not None:  # whole frames late: spurious code groups explain the lag
+        found = [f for f in found if f.code != "hop.offset"]
+    if pair.tail is not None:  # the cause of the length/content difference: reported in its place
+        found = [f for f in found if f.code not in ("hop.length_mismatch", "hop.unexplained")]
+        found.append(tail_finding(pair))
     m = pair.comparison.metrics.as_dict()
     ev = {k: m[k] for k in ("frames", "hop_length", "reference_samples", "candidate_samples",
                             "reference_sample_rate", "candidate_sample_rate", "lag_samples",

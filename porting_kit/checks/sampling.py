@@ -11,7 +11,9 @@ code                          meaning
 ``sampling.order``              it matches top-p / min-p applied before temperature (top-k
                               commutes with temperature, so it cannot be told)
 ``sampling.codebook_routing``   it matches per-codebook parameters given to another codebook
-                              (evidence: ``routing`` ``roll+1`` / ``roll-1`` / ``reversed``)
+                              (evidence: ``routing`` ``roll+1`` / ``roll-1`` / ``reversed`` /
+                              ``permutation [..]`` / ``repeat_interleave`` / ``rows [[..]]``,
+                              identified row by row from the data)
 ``sampling.seed_ignored``       two draws with generators seeded alike differ: the sampler does
                               not draw from the generator it is given
 ``sampling.unexplained``        the distributions differ (processed logits, or the sampler's
@@ -61,7 +63,9 @@ _HINTS = {
               "Apply temperature before top-p / min-p (GenerationConfig order: repetition penalty, "
               "temperature, top-k, top-p, min-p)."),
     "codebook_routing": ("sampling.codebook_routing",
-                         "Index the per-codebook parameter lists with the codebook being sampled."),
+                         "Index the per-codebook parameter lists with the codebook being sampled; "
+                         "expand them over flattened (batch x codebook) rows with "
+                         "params.repeat(batch), not repeat_interleave."),
 }
 
 
@@ -255,5 +259,9 @@ def _message(fam: str, how: str, res) -> str:
         return head + f"the candidate's distribution is the reference's with the repetition penalty {what}."
     if fam == "order":
         return head + "the candidate's distribution is the reference's with top-p / min-p applied before temperature."
+    if how == "repeat_interleave":
+        return head + ("the candidate's distribution is the reference's with the per-codebook parameters "
+                       "expanded over the (batch x codebook) rows with repeat_interleave where repeat is "
+                       "meant (row (b, k) gets the parameters of codebook (b * n_codebooks + k) // batch).")
     return head + (f"the candidate's distribution is the reference's with the per-codebook parameters "
                    f"routed {how} (codebook k gets another codebook's parameters).")

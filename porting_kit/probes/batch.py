@@ -16,7 +16,9 @@ compares every row with its solo run by relative error ``||row - solo|| / ||solo
 for the first row beyond tolerance finds the first module (in the solo run's call order)
 whose output for that row differs: the module's batched output is sliced to the row's
 span, tried as a left-padded span (last ``len`` positions) and a right-padded one (first
-``len``). Facts only; :mod:`porting_kit.checks.batch` judges.
+``len``); an output with a batch axis of 1 (a position embedding computed once) is compared
+broadcast, and when the first differing module holds the row's solo output at another
+offset, the offset is recorded (positions that ignore the padding). Facts only; :mod:`porting_kit.checks.batch` judges.
 """
 
 from __future__ import annotations
@@ -72,6 +74,16 @@ class BatchMeasurement:
         ``"left"`` / ``"right"``: the padding side whose slice of the batched module outputs
         matched the solo run best at the modules before ``first_module``.
     lengths : list of int
+    batch_size : int
+        Requests in the batch.
+    first_module_broadcast : bool
+        ``first_module``'s batched output has a batch axis of 1 (shared by every row: a
+        position embedding computed once), compared broadcast.
+    position_offset : (int, int) or None
+        ``(found, own)``: ``first_module``'s batched output holds the row's solo output at
+        positions ``found..found+len-1`` instead of its own span ``own..own+len-1``: what
+        it computes depends only on the position, counted from the batch's first slot
+        rather than the row's first token (positions that ignore the padding).
     """
 
     rows: list[RowResult]
@@ -82,6 +94,9 @@ class BatchMeasurement:
     first_module_rel_err: float | None = None
     span: str | None = None
     lengths: list[int] = field(default_factory=list)
+    batch_size: int = 0
+    first_module_broadcast: bool = False
+    position_offset: tuple[int, int] | None = None
 
 
 def _seq_len(inputs: dict) -> int:
@@ -201,7 +216,7 @@ def measure_batch(run_solo, run_batch, model, requests: list[dict], dtype: str) 
             continue
         rel, mx = _rel(b, s)
         rows.append(RowResult(i, lengths[i], rel, mx))
-    m = BatchMeasurement(rows, tol, dtype, lengths=lengths)
+    m = BatchMeasurement(rows, tol, dtype, lengths=lengths, batch_size=len(requests))
     bad = [r for r in rows if not r.rel_err <= tol]
     if bad:
         m.first_bad_row = bad[0].row
@@ -210,9 +225,29 @@ def measure_batch(run_solo, run_batch, model, requests: list[dict], dtype: str) 
 
 
 def _row_span(t, row: int, n: int, side: str):
-    if t.dim() < 2 or row >= t.shape[0] or t.shape[1] < n:
+    """Row ``row``'s span of ``n`` positions in a batched module output; an output with a batch
+    axis of 1 (a position embedding, a mask built once) is broadcast: every row reads row 0."""
+    if t.dim() < 2 or t.shape[1] < n:
         return None
+    if row >= t.shape[0]:
+        if t.shape[0] != 1:
+            return None
+        row = 0
     return t[row:row + 1, -n:] if side == "left" else t[row:row + 1, :n]
+
+
+def _shifted_match(t, solo, row: int, n: int, side: str, tol: float) -> int | None:
+    """The offset ``o`` at which the batched output's positions ``o..o+n-1`` (row ``row``, or row
+    0 when broadcast) equal the solo output, when it is not the row's own span; else None."""
+    if t.dim() < 2 or t.shape[1] < n or (row >= t.shape[0] and t.shape[0] != 1):
+        return None
+    r = row if row < t.shape[0] else 0
+    own = t.shape[1] - n if side == "left" else 0
+    for o in range(t.shape[1] - n + 1):
+        span = t[r:r + 1, o:o + n]
+        if o != own and span.numel() == solo.numel() and _rel(span, solo)[0] <= tol:
+            return o
+    return None
 
 
 def _locate(m: BatchMeasurement, solo: dict, batched: dict, row: int, n: int, tol: float) -> None:
@@ -237,4 +272,9 @@ def _locate(m: BatchMeasurement, solo: dict, batched: dict, row: int, n: int, to
         rel, _ = _rel(span, s)
         if rel > tol:
             m.first_module, m.first_module_rel_err = name, rel
+            b = batched[name]
+            m.first_module_broadcast = bool(b.shape[0] == 1 and m.batch_size > 1)
+            o = _shifted_match(b, s, row, n, best_side, tol)
+            if o is not None:
+                m.position_offset = (o, (b.shape[1] - n) if best_side == "left" else 0)
             return

@@ -40,6 +40,7 @@ as facts (:class:`AudioPair`); the ``hop``, ``channel`` and ``dtype`` families
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,12 +86,27 @@ class ContentDiagnosis:
 
 
 @dataclass
-class TailFit:
-    """The candidate is longer by ``extra_frames`` frames and equals the reference decode of
-    the codes followed by that many padding frames (delay-pattern padding decoded as audio).
+class ReceptiveField:
+    """How far one code frame reaches in the reference decode, in frames: a change of frame
+    ``j`` changes samples of frames ``j - lookahead_frames`` .. ``j + lookback_frames``
+    (measured by changing the codes of one middle frame; 0 and 0 for a frame-local codec)."""
 
-    ``pad``: the padding tried that fits (``"code 0"``: special tokens clamped or mapped to
-    code 0; ``"last frame repeated"``); SNRs in dB over the candidate's whole length.
+    lookahead_frames: int
+    lookback_frames: int
+
+
+@dataclass
+class TailFit:
+    """The candidate differs from the reference only at its end: the decode of the codes'
+    last ``tail_frames`` frames (codebooks already shifted by a delay pattern, or its special
+    tokens) and ``extra_frames`` frames past the end (a delay pattern's padding decoded as audio).
+
+    ``pad``: the padding that reproduces the candidate exactly when one does (``"code 0"``:
+    special tokens clamped or mapped to code 0; ``"last frame repeated"``; ``"largest code"``:
+    clamped to the top of the codebook), else ``""`` (only the head's match is shown);
+    ``first_divergent_frame``: the first frame whose samples differ (the codec's lookahead
+    ``lookahead_frames`` spills a changed frame's effect that many frames earlier);
+    ``head_snr_db``: SNR of the samples before it; SNRs in dB over the candidate's whole length.
     """
 
     extra_frames: int
@@ -98,13 +114,20 @@ class TailFit:
     num_codebooks: int
     hypothesis_snr_db: float
     given_snr_db: float
+    tail_frames: int = 0
+    first_divergent_frame: int | None = None
+    lookahead_frames: int = 0
+    head_snr_db: float = math.inf
 
 
 @dataclass
 class CodebookShiftFit:
     """Codebooks ``rows`` are read ``shift_frames`` frames early (negative: late) against the
-    others, as when a delay pattern is undone with an off-by-one for one group; the decode
-    then has ``frames_used`` frames. SNRs in dB of the hypothesis and of the codes as given.
+    others, as when a delay pattern is undone with an off-by-one for one group, or spurious
+    code groups come before the codes (every row late: ``rows`` is all of them); the candidate
+    has ``candidate_frames`` frames, of which ``frames_used`` are decoded from shifted codes
+    and ``compared_frames`` (away from the edges by the codec's receptive field) are compared.
+    SNRs in dB of the hypothesis and of the codes as given over those samples.
     """
 
     rows: tuple[int, ...]
@@ -113,6 +136,8 @@ class CodebookShiftFit:
     num_codebooks: int
     hypothesis_snr_db: float
     given_snr_db: float
+    candidate_frames: int = 0
+    compared_frames: int = 0
 
 
 @dataclass
@@ -144,7 +169,8 @@ class AudioPair:
         cast, so only the compute part of the error goes away). Without
         ``codec_candidate()`` the fix cannot be tried and nothing is blamed on the dtype.
     tail : TailFit or None
-        The candidate's extra length is padding frames decoded as audio.
+        The candidate differs only at its end: padding frames decoded as audio, or its last
+        frames decoded from shifted codes.
     codebook_shift : CodebookShiftFit or None
         A group of codebooks is shifted by whole frames against the others.
     fp32_redecode_snr_db : float or None
@@ -165,6 +191,7 @@ class AudioPair:
     tail: TailFit | None = None
     codebook_shift: CodebookShiftFit | None = None
     fp32_redecode_snr_db: float | None = None
+    receptive_field: ReceptiveField | None = None
 
 
 def missing_reason(spec) -> str | None:
@@ -375,9 +402,17 @@ def get_audio_pair(ctx) -> AudioPair | str:
         b = served(bf)
         n = min(r.size, b.size)
         pair.bf16_snr_db = snr_db(r[:n], b[:n])
-    if hop and cmp.length is not None and not nonfinite:
+    differs = cmp.content_snr_db < FP32_MIN_SNR_DB
+    if hop and not nonfinite and (cmp.length is not None or (not structural and differs)):
+        pair.receptive_field = receptive_field(spec, codes, hop, served(ref))
         pair.tail = tail_fit(spec, pair)
-    if not structural and not nonfinite and cmp.content_snr_db < FP32_MIN_SNR_DB:
+    lag = cmp.offset.lag_samples if cmp.offset is not None else 0
+    whole_frames_late = bool(hop and structural == ["offset"] and lag > 0 and lag % hop == 0
+                             and cmp.metrics.candidate_samples - cmp.metrics.reference_samples == lag)
+    if whole_frames_late and not nonfinite:  # spurious code groups before the codes?
+        pair.receptive_field = receptive_field(spec, codes, hop, served(ref))
+        pair.codebook_shift = codebook_shift_fit(spec, pair)
+    elif not structural and not nonfinite and differs and pair.tail is None:
         pair.codebook_shift = codebook_shift_fit(spec, pair)
         if pair.codebook_shift is None:
             _diagnose_content(spec, pair)
@@ -460,108 +495,203 @@ def _decoded_mono(spec, codes):
     return served(y)
 
 
-def tail_fit(spec, pair: AudioPair) -> TailFit | None:
-    """Is the candidate's extra length delay-pattern padding decoded as audio?
+def receptive_field(spec, codes, hop: int, reference_mono: np.ndarray) -> ReceptiveField:
+    """How far a change of one code frame reaches in the reference decode (one extra decode).
 
-    Tried when the candidate is longer than the reference by a whole number ``e`` of
-    frames, ``1 <= e <= num_codebooks``: the reference decodes the codes followed by ``e``
-    padding frames (code 0, or the last frame repeated) and is compared with the candidate
-    over its whole length.
+    Parameters
+    ----------
+    spec : Spec
+        Its ``decode_reference`` is called once.
+    codes : torch.Tensor [shape=(num_codebooks, frames)]
+    hop : int
+        Samples per frame.
+    reference_mono : np.ndarray [shape=(samples,)]
+        The reference decode of ``codes`` (mono mixdown).
+
+    Returns
+    -------
+    ReceptiveField
+        Frames before and after the changed middle frame whose samples moved by more than
+        1e-6 of the peak; the whole signal when the change reaches everywhere.
+    """
+    T = int(codes.shape[1])
+    j = T // 2
+    top = max(int(codes.max()) + 1, 2)
+    c2 = codes.clone()
+    c2[:, j] = (codes[:, j] + 1) % top
+    y = _decoded_mono(spec, c2)
+    n = min(y.size, reference_mono.size)
+    peak = float(np.max(np.abs(reference_mono))) if reference_mono.size else 0.0
+    moved = np.flatnonzero(np.abs(y[:n] - reference_mono[:n]) > 1e-6 * max(peak, 1e-12))
+    if moved.size == 0:
+        return ReceptiveField(0, 0)
+    return ReceptiveField(max(0, j - int(moved[0]) // hop), max(0, int(moved[-1]) // hop - j))
+
+
+def _frame_errors(ref: np.ndarray, cand: np.ndarray, hop: int) -> np.ndarray:
+    """Per-frame error energy of the common part, relative to the reference's mean frame energy."""
+    n = min(ref.size, cand.size)
+    frames = -(-n // hop)
+    diff = np.zeros(frames * hop)
+    diff[:n] = (ref[:n] - cand[:n]) ** 2
+    per_frame = diff.reshape(frames, hop).sum(axis=1)
+    energy = float(np.mean(ref[:n] ** 2)) * hop if n else 0.0
+    return per_frame / max(energy, 1e-30)
+
+
+def tail_fit(spec, pair: AudioPair) -> TailFit | None:
+    """Does the candidate differ from the reference only at its end (a delay pattern's tail)?
+
+    Tried when the candidate is as long as the reference or longer by a whole number ``e``
+    of frames, ``e <= num_codebooks``. Two ways it fits:
+
+    * the candidate's samples match the reference (as a clean decode does,
+      ``FP32_MIN_SNR_DB``) up to a first divergent frame in the second half, and the frames
+      that differ, less the codec's lookahead (:class:`ReceptiveField`), are at most
+      ``num_codebooks`` frames at the end (the last frames decoded with codebooks already
+      shifted, special tokens clamped to codes): ``pad`` names an exact padding when one fits;
+    * ``e > 0``, the common part matches, and the extra samples are decoded audio (RMS at
+      least a tenth of the reference's, not a silent pad); ``pad`` names the padding frames
+      when the reference decodes the codes followed by ``e`` of them (code 0, the largest
+      code, or the last frame repeated) to the candidate over its whole length.
 
     Parameters
     ----------
     spec : Spec
         Its ``decode_reference`` is called once per padding tried.
     pair : AudioPair
-        Codes ``[shape=(K, T)]``, hop (samples), both decodes.
+        Codes ``[shape=(K, T)]``, hop (samples), both decodes, ``receptive_field``.
 
     Returns
     -------
     TailFit or None
-        The padding that reproduces the candidate at ``HYPOTHESIS_SNR_DB`` or better, and
-        better than the reference as given (zero-extended) by 6 dB; else None.
     """
     import torch
 
     hop = pair.hop_length
     m = pair.comparison.metrics
     extra = int(m.candidate_samples) - int(m.reference_samples)
-    K = int(pair.codes.shape[0])
-    if not hop or extra <= 0 or extra % hop or not 1 <= extra // hop <= K:
+    K, T = int(pair.codes.shape[0]), int(pair.codes.shape[1])
+    if not hop or K < 2 or extra < 0 or extra % hop or extra // hop > K:
         return None
     e = extra // hop
     cand = served(pair.candidate)
     ref = served(pair.reference)
     given = snr_db(cand, np.concatenate([ref, np.zeros(max(cand.size - ref.size, 0))])[:cand.size])
+    err = _frame_errors(ref, cand, hop)
+    bad = np.flatnonzero(err > 10 ** (-FP32_MIN_SNR_DB / 10))
+    rf = pair.receptive_field or ReceptiveField(0, 0)
+    f0 = int(bad[0]) if bad.size else None
+    n_ref_frames = -(-ref.size // hop)
+    changed = 0 if f0 is None else max(n_ref_frames - f0 - rf.lookahead_frames, 0)
+    if f0 is None and e == 0:
+        return None
+    if f0 is not None and not (2 * f0 >= T and changed <= K and (changed >= 1 or e > 0)):
+        return None  # changed 0: only the codec's lookahead into the extra frames
+    head = snr_db(ref[:(f0 if f0 is not None else n_ref_frames) * hop],
+                  cand[:(f0 if f0 is not None else n_ref_frames) * hop])
     pads = {"code 0": torch.zeros((K, e), dtype=pair.codes.dtype),
-            "last frame repeated": pair.codes[:, -1:].repeat(1, e)}
+            "largest code": torch.full((K, e), int(pair.codes.max()), dtype=pair.codes.dtype),
+            "last frame repeated": pair.codes[:, -1:].repeat(1, e)} if e else {}
     for name, pad in pads.items():
         y = _decoded_mono(spec, torch.cat([pair.codes, pad], dim=1))
         if y.size != cand.size:
             continue
         s = snr_db(y, cand)
         if s >= HYPOTHESIS_SNR_DB and s > given + 6:
-            return TailFit(e, name, K, s, given)
-    return None
+            return TailFit(e, name, K, s, given, changed, f0, rf.lookahead_frames, head)
+    if f0 is None:  # the common part matches: the extra frames must sound like decoded audio
+        rms = float(np.sqrt(np.mean(ref ** 2))) if ref.size else 0.0
+        tail_rms = float(np.sqrt(np.mean(cand[ref.size:] ** 2)))
+        if not tail_rms >= 0.1 * rms > 0:  # silence or a hand-made pad: length_mismatch says it
+            return None
+    return TailFit(e, "", K, head, given, changed, f0, rf.lookahead_frames, head)
 
 
 def _row_groups(K: int) -> list[tuple[int, ...]]:
-    """Contiguous codebook groups a delay-pattern undo can shift: prefixes, suffixes, single rows."""
+    """Codebook groups a delay-pattern undo can shift: prefixes, suffixes, single rows, and
+    every row but one (the others shifted against one row kept in place)."""
     groups = [tuple(range(g)) for g in range(1, K)] + [tuple(range(g, K)) for g in range(1, K)]
     groups += [(k,) for k in range(K)]
+    groups += [tuple(j for j in range(K) if j != k) for k in range(K)] if K > 2 else []
     return list(dict.fromkeys(groups))
 
 
-def codebook_shift_fit(spec, pair: AudioPair, max_shift: int = 2) -> CodebookShiftFit | None:
-    """Is one group of codebooks shifted by whole frames against the others?
+def _shift_hypotheses(K: int, T: int, cand_frames: int, max_shift: int):
+    """``(rows, shift)`` pairs to try: a group read ``shift`` frames early (negative: late),
+    the candidate then ``T - |shift|``, ``T`` or ``T + |shift|`` frames long; every row late
+    (spurious code groups before the codes) when the candidate is that much longer."""
+    delta = cand_frames - T
+    shifts = [abs(delta)] if delta else list(range(1, max_shift + 1))
+    out = []
+    for a in shifts:
+        if a < 1 or T - a < 2:
+            continue
+        for s in (a, -a):
+            out += [(rows, s) for rows in _row_groups(K)]
+        if delta == a:
+            out.append((tuple(range(K)), -a))
+    return out
 
-    For each contiguous group (:func:`_row_groups`) and shift ``s`` in
-    ``+-1..max_shift`` frames, the reference decodes codes whose group rows are read ``s``
-    frames early (``T - |s|`` frames), and is compared with the candidate over the common
-    length. Tried only where the candidate's length is the reference's or ``|s|`` hops
-    shorter.
+
+def codebook_shift_fit(spec, pair: AudioPair, max_shift: int = 3) -> CodebookShiftFit | None:
+    """Is one group of codebooks shifted by whole frames against the others, or are spurious
+    code groups decoded before the codes?
+
+    Each hypothesis (:func:`_shift_hypotheses`: the candidate's frame count fixes the shift
+    when it differs from the codes') says which codes each candidate frame holds; the frames
+    whose codes it fixes are decoded on the reference and compared with the candidate's
+    samples away from their edges by the codec's receptive field (so unknown filler codes
+    never enter the comparison), against the codes as given over the same samples.
 
     Parameters
     ----------
     spec : Spec
         Its ``decode_reference`` is called per hypothesis.
     pair : AudioPair
-    max_shift : int, default 2
-        Largest shift tried, frames.
+        Codes, hop, both decodes, ``receptive_field``.
+    max_shift : int, default 3
+        Largest shift tried (frames) when the lengths are equal.
 
     Returns
     -------
     CodebookShiftFit or None
         The best hypothesis when it reaches ``HYPOTHESIS_SNR_DB`` and beats the codes as
-        given by 6 dB; else None.
+        given by 6 dB over at least a quarter of the frames; else None.
     """
-    import torch
-
     codes, hop = pair.codes, pair.hop_length
     K, T = int(codes.shape[0]), int(codes.shape[1])
-    m = pair.comparison.metrics
-    short = int(m.reference_samples) - int(m.candidate_samples)
     if K < 2 or not hop:
         return None
-    cand = served(pair.candidate)
-    given = pair.comparison.content_snr_db
+    m = pair.comparison.metrics
+    d = T * hop - int(m.reference_samples)
+    nc = int(m.candidate_samples)
+    if (nc + d) % hop:
+        return None
+    tc = (nc + d) // hop
+    cand, ref = served(pair.candidate), served(pair.reference)
+    rf = pair.receptive_field or ReceptiveField(0, 0)
     best: CodebookShiftFit | None = None
-    for s in [v for a in range(1, max_shift + 1) for v in (a, -a)]:
-        if short not in (0, abs(s) * hop) or T - abs(s) < 1:
+    for rows, s in _shift_hypotheses(K, T, tc, max_shift):
+        late = [(-s if k in rows else 0) for k in range(K)]  # frames each row is read late
+        a, b = max(0, max(late)), min(tc, T + min(late))
+        lo, hi = rf.lookback_frames, b - a - rf.lookahead_frames  # local frames both sides fix
+        if hi - lo < max(2, T // 4):
             continue
-        n_used = T - abs(s)
-        for rows in _row_groups(K):
-            others = [k for k in range(K) if k not in rows]
-            c2 = torch.empty((K, n_used), dtype=codes.dtype)
-            a, b = (s, 0) if s > 0 else (0, -s)
-            c2[list(rows)] = codes[list(rows), a:a + n_used]
-            if others:
-                c2[others] = codes[others, b:b + n_used]
-            y = _decoded_mono(spec, c2)
-            n = min(y.size, cand.size)
-            score = snr_db(y[:n], cand[:n])
-            if best is None or score > best.hypothesis_snr_db:
-                best = CodebookShiftFit(rows, s, n_used, K, score, given)
-    if best and best.hypothesis_snr_db >= HYPOTHESIS_SNR_DB and best.hypothesis_snr_db > given + 6:
+        sub = codes.new_empty((K, b - a))
+        for k in range(K):
+            sub[k] = codes[k, a - late[k]:b - late[k]]
+        y = _decoded_mono(spec, sub)
+        i0, i1 = lo * hop, min(hi * hop, y.size, cand.size - a * hop)
+        if i1 - i0 < hop:
+            continue
+        c = cand[a * hop + i0:a * hop + i1]
+        score = snr_db(y[i0:i1], c)
+        j1 = min(a * hop + i1, ref.size)
+        given = snr_db(ref[a * hop + i0:j1], c[:j1 - a * hop - i0]) if j1 > a * hop + i0 else -math.inf
+        fit = CodebookShiftFit(tuple(rows), s, b - a, K, score, given, tc, (i1 - i0) // hop)
+        if best is None or score > best.hypothesis_snr_db:
+            best = fit
+    if best and best.hypothesis_snr_db >= HYPOTHESIS_SNR_DB and best.hypothesis_snr_db > best.given_snr_db + 6:
         return best
     return None

@@ -31,9 +31,11 @@ is in that module's own code, as in :mod:`porting_kit.probes.layers`).
 
 Hypotheses (:func:`position_hypotheses`, :func:`cache_hypotheses`), tried on the
 reference when the tool drives its cache: step ``s`` rerun with RoPE positions
-``q != start_pos`` (``position_ids``; the cache slot is unchanged), and with the
+``q != start_pos`` (``position_ids``; the cache slot is unchanged), with the
 cache one token short (``DynamicCache.crop``: the previous token's K/V missing or
-overwritten). Each gives the relative error of the candidate's step-``s`` logits
+overwritten), and with the cache a static cache's wrong write slot leaves
+(:data:`WRITE_SCHEMES`: a slot that never advances, or lags the position, each read
+with its never-written slots as zeros or skipped; :func:`cache_slots`). Each gives the relative error of the candidate's step-``s`` logits
 against that rerun.
 """
 
@@ -415,8 +417,58 @@ def position_hypotheses(spec, pair, trace: DecodeTrace, step: int) -> list[tuple
     return out
 
 
+#: KV write schemes a static cache gets wrong: the slot each one-token step writes its K/V to,
+#: from its position ``start`` and the prompt length ``T``.
+WRITE_SCHEMES = {
+    "slot_fixed_first_decode": lambda start, T: T,  # the write slot never advances
+    "slot_fixed_last_prompt": lambda start, T: T - 1,
+    "slot_lags_one": lambda start, T: start - 1,  # each step overwrites the previous token
+    "slot_lags_two": lambda start, T: start - 2,
+}
+
+
+def cache_slots(scheme: str, step: int, prompt_len: int, zero_filled: bool) -> list[int | None]:
+    """The positions whose K/V a static cache under ``scheme`` holds in the slots step ``step``
+    reads, less the slot the step itself writes (its token's K/V goes there).
+
+    The prefill writes slots ``0..T-1`` right; step ``j`` (position ``T + j - 1``) writes slot
+    ``WRITE_SCHEMES[scheme](position, T)``. Step ``step`` reads slots ``0..start_pos``;
+    ``zero_filled``: slots never written are read as zeros (``None`` in the list), else the
+    port reads only the slots it wrote.
+
+    Returns
+    -------
+    list of (int or None)
+        For each slot read (but the step's own), the position whose K/V it holds, ``None`` for
+        a zero slot.
+    """
+    where = WRITE_SCHEMES[scheme]
+    held: dict[int, int] = {p: p for p in range(prompt_len)}
+    for j in range(1, step):
+        pos = prompt_len + j - 1
+        held[where(pos, prompt_len)] = pos
+    start = prompt_len + step - 1
+    own = where(start, prompt_len)
+    slots = [held.get(i) for i in range(start + 1) if i != own]
+    return slots if zero_filled else [p for p in slots if p is not None]
+
+
+def _set_cache(cache, positions: list[int | None]) -> None:
+    """Rebuild each layer of a ``DynamicCache`` holding positions ``0..n-1`` to hold ``positions``
+    (``None``: a zero K/V slot), in that order."""
+    import torch
+
+    for layer in cache.layers:
+        keys, values = layer.keys, layer.values
+        z = torch.zeros_like(keys[..., :1, :]), torch.zeros_like(values[..., :1, :])
+        layer.keys = torch.cat([keys[..., p:p + 1, :] if p is not None else z[0] for p in positions], dim=-2)
+        layer.values = torch.cat([values[..., p:p + 1, :] if p is not None else z[1] for p in positions],
+                                 dim=-2)
+
+
 def cache_hypotheses(spec, pair, trace: DecodeTrace, step: int) -> list[tuple[str, float]]:
-    """Rerun the reference's step ``step`` with a cache one token short; compare with the candidate's.
+    """Rerun the reference's step ``step`` with the cache a wrong KV write would leave; compare
+    with the candidate's.
 
     Parameters
     ----------
@@ -426,10 +478,14 @@ def cache_hypotheses(spec, pair, trace: DecodeTrace, step: int) -> list[tuple[st
     Returns
     -------
     list of (str, float)
-        ``("one_short", rel_err)``: the reference's cache cropped to ``start_pos - 1`` tokens
-        (the previous token's K/V missing, or overwritten by the current one) before the
-        step, RoPE position unchanged. ``[]`` when the reference is not driven through
-        ``past_key_values``.
+        ``("one_short", rel_err)``: the reference's cache cropped by its last token (the
+        previous token's K/V missing, or overwritten by the current one); then, for every
+        write scheme of :data:`WRITE_SCHEMES` and both reads (zero-filled slots read, or
+        only the written ones), ``("<scheme>[:zero_slots]", rel_err)``: the reference's
+        cache rebuilt as :func:`cache_slots` says (attention does not depend on the slots'
+        order: each K carries its RoPE position), RoPE position unchanged; a scheme that
+        leaves the cache right at this step is skipped. ``[]`` when the reference is not
+        driven through ``past_key_values``.
     """
     ref, cand = _replay(spec, pair, trace, step - 1)
     if ref.mode != "past_key_values":
@@ -437,9 +493,22 @@ def cache_hypotheses(spec, pair, trace: DecodeTrace, step: int) -> list[tuple[st
     tok = _token(pair, trace, step)
     start = trace.prompt_len + step - 1
     lc = cand.step(tok, start)
+    base = copy.deepcopy(ref.cache)
     ref.cache.crop(-1)  # drop the last cached token (a negative length removes tokens)
     lr = ref.step(tok, start, position=start)
-    return [("one_short", float(tensor_metrics(lr, lc, trace.tolerance).rel_err))]
+    out = [("one_short", float(tensor_metrics(lr, lc, trace.tolerance).rel_err))]
+    right = list(range(start))
+    for scheme in WRITE_SCHEMES:
+        for zero_filled in (True, False):
+            slots = cache_slots(scheme, step, trace.prompt_len, zero_filled)
+            if slots == right or any(p is not None and p >= start for p in slots):
+                continue
+            ref.cache = copy.deepcopy(base)
+            _set_cache(ref.cache, slots)
+            lr = ref.step(tok, start, position=start)
+            out.append((f"{scheme}{':zero_slots' if zero_filled else ''}",
+                        float(tensor_metrics(lr, lc, trace.tolerance).rel_err)))
+    return out
 
 
 def locate_step(spec, pair, trace: DecodeTrace, step: int, module_map=None) -> StepLocation | None:

@@ -22,7 +22,9 @@ drawing exactly the reference distribution exceeds with probability below
 Hypotheses (:func:`hypotheses`, :func:`draw_hypotheses`) rerun the reference with one known fault each:
 top-p / min-p before temperature (``order``), the repetition penalty applied
 twice, dividing negative logits (``sign``) or not at all, and per-codebook
-parameters rolled by one or reversed (``routing``).
+parameters rolled by one or reversed (``routing``); the routing is also identified from
+the data, row by row (the codebook whose parameters reproduce each (batch, codebook) row:
+any permutation, or ``repeat_interleave`` over the flattened rows).
 """
 
 from __future__ import annotations
@@ -81,8 +83,11 @@ def test_inputs(n_cb: int, vocab: int = VOCAB, device: str = "cpu"):
     logits : torch.Tensor [shape=(BATCH, vocab) or (BATCH, n_cb, vocab), float32]
         ``N(0, LOGIT_SCALE^2)``: positive and negative logits (the repetition penalty's sign
         rule shows on both).
-    input_ids : torch.LongTensor [shape=(BATCH, HISTORY) or (BATCH, n_cb, HISTORY)]
-        Token histories drawn from the first quarter of the vocabulary with repeats.
+    input_ids : torch.LongTensor [shape=(BATCH, SEEN_TOP + HISTORY) or (BATCH, n_cb, SEEN_TOP + HISTORY)]
+        Token histories: ``HISTORY`` tokens drawn from the first quarter of the vocabulary
+        with repeats, after ``SEEN_TOP`` more: batch row 0's likeliest tokens (what top-k /
+        top-p / min-p keep, so a penalty applied twice or not at all shows after them), row
+        1's first random tokens again.
     """
     import torch
 
@@ -90,6 +95,12 @@ def test_inputs(n_cb: int, vocab: int = VOCAB, device: str = "cpu"):
     shape = (BATCH, n_cb) if n_cb else (BATCH,)
     logits = torch.randn(*shape, vocab, generator=g) * LOGIT_SCALE
     ids = torch.randint(0, max(vocab // 4, 1), (*shape, HISTORY), generator=g)
+    # batch row 0 has seen its likeliest tokens: a penalty on them survives top-k / top-p /
+    # min-p (applied twice or not at all, it shows); row 1 keeps random tokens only (repeated)
+    seen = min(SEEN_TOP, vocab, HISTORY)
+    prefix = torch.topk(logits, seen, dim=-1).indices
+    prefix[1:] = ids[1:, ..., :seen]
+    ids = torch.cat([prefix, ids], dim=-1)
     return logits.to(device), ids.to(device)
 
 
@@ -144,8 +155,9 @@ def reference_process(logits, input_ids, params: dict, *, order: str = "generati
         ``filters_first`` applies top-k / top-p / min-p before temperature (a hypothesis).
     penalty : {"once", "twice", "sign", "none"}
         How the repetition penalty is applied (``once`` is right; the others are hypotheses).
-    route : list of int, optional
-        Codebook ``k`` uses the parameters of codebook ``route[k]`` (a hypothesis).
+    route : list of int, or list of list of int, optional
+        Codebook ``k`` uses the parameters of codebook ``route[k]``, or (per row) row
+        ``(b, k)`` those of codebook ``route[b][k]`` (a hypothesis).
 
     Returns
     -------
@@ -161,18 +173,25 @@ def reference_process(logits, input_ids, params: dict, *, order: str = "generati
     x = logits.unsqueeze(1) if squeeze else logits
     ids = input_ids.unsqueeze(1) if squeeze else input_ids
     out = torch.empty_like(x)
+    per_row = route is not None and isinstance(route[0], (list, tuple))
     for k in range(x.shape[1]):
-        p = _for_codebook(params, route[k] if route is not None else k)
-        row, hist = x[:, k].clone(), ids[:, k]
-        if penalty == "sign" and p.get("repetition_penalty") not in (None, 1.0):
-            row = _penalty_sign_fault(hist, row, float(p["repetition_penalty"]))
-            procs = _processors(p, order, "none")
-        else:
-            procs = _processors(p, order, penalty)
-        for proc in procs:
-            row = proc(hist, row)
-        out[:, k] = row
+        for rows in ([slice(b, b + 1) for b in range(x.shape[0])] if per_row else [slice(None)]):
+            src = route[rows.start][k] if per_row else route[k] if route is not None else k
+            out[rows, k] = _process_row(x[rows, k].clone(), ids[rows, k], _for_codebook(params, src),
+                                        order, penalty)
     return out[:, 0] if squeeze else out
+
+
+def _process_row(row, hist, p: dict, order: str, penalty: str):
+    """One codebook's logits ``(batch, vocab)`` through the processors for its parameters ``p``."""
+    if penalty == "sign" and p.get("repetition_penalty") not in (None, 1.0):
+        row = _penalty_sign_fault(hist, row, float(p["repetition_penalty"]))
+        procs = _processors(p, order, "none")
+    else:
+        procs = _processors(p, order, penalty)
+    for proc in procs:
+        row = proc(hist, row)
+    return row
 
 
 def distribution_gap(ref_logits, cand_logits) -> tuple[float, tuple[int, int]]:
@@ -243,6 +262,65 @@ def hypothesis_faults(params: dict, logits) -> list[tuple[str, str, dict]]:
     return tried
 
 
+def route_name(route: list[list[int]]) -> str:
+    """How a per-row routing ``route[b][k]`` (the codebook whose parameters row ``(b, k)``
+    got) reads: ``roll+1`` / ``roll-1`` / ``reversed`` / ``permutation [..]`` when every batch
+    row is routed alike, ``repeat_interleave`` when the parameters were expanded over the
+    flattened ``(batch x codebook)`` rows with ``repeat_interleave(batch)`` where
+    ``repeat(batch)`` is meant, else ``rows [[..], ..]``."""
+    B, n = len(route), len(route[0])
+    if all(r == route[0] for r in route):
+        r = route[0]
+        named = {"roll+1": [(k + 1) % n for k in range(n)], "roll-1": [(k - 1) % n for k in range(n)],
+                 "reversed": list(range(n))[::-1]}
+        return next((name for name, v in named.items() if v == r), f"permutation {r}")
+    if all(route[b][k] == (b * n + k) // B for b in range(B) for k in range(n)):
+        return "repeat_interleave"
+    return f"rows {route}"
+
+
+def identify_route(params: dict, logits, input_ids, row_gap) -> list[list[int]] | None:
+    """The codebook whose parameters reproduce each (batch, codebook) row best.
+
+    Parameters
+    ----------
+    params : dict
+        A parameter set with per-codebook lists.
+    logits, input_ids : torch.Tensor
+        With codebooks (``(batch, n_codebooks, ...)``).
+    row_gap : callable
+        ``row_gap(reference_logits) -> torch.Tensor [shape=(batch, n_codebooks)]``: each row's
+        distance from the candidate under that reference.
+
+    Returns
+    -------
+    list of list of int, or None
+        ``route[b][k]``; ``None`` without codebooks or per-codebook lists, or when the best
+        source of every row is its own codebook (no routing to name).
+    """
+    import torch
+
+    n = logits.shape[1] if logits.dim() == 3 else 0
+    if n < 2 or not any(isinstance(v, (list, tuple)) for v in params.values()):
+        return None
+    gaps = torch.stack([row_gap(reference_process(logits, input_ids, params, route=[j] * n))
+                        for j in range(n)])  # (source, batch, codebook)
+    own = gaps.gather(0, torch.arange(n).expand(1, gaps.shape[1], n)).squeeze(0)
+    best = gaps.min(0)
+    src = torch.where(best.values < own, best.indices, torch.arange(n).expand_as(own))
+    route = src.tolist()
+    if all(r == list(range(n)) for r in route):
+        return None
+    return route
+
+
+def row_tv(ref_logits, cand_logits):
+    """Total variation distance of each ``softmax`` row, ``[shape=(batch, n_codebooks)]``."""
+    import torch
+
+    return 0.5 * (torch.softmax(ref_logits.double(), -1) - torch.softmax(cand_logits.double(), -1)).abs().sum(-1)
+
+
 def hypotheses(processor, params: dict, logits, input_ids) -> list[tuple[str, str, float]]:
     """The candidate's processed logits against the reference rerun with each known fault.
 
@@ -252,13 +330,20 @@ def hypotheses(processor, params: dict, logits, input_ids) -> list[tuple[str, st
         ``(family, name, tv)``: ``("order", "filters_first", tv)``,
         ``("repetition_penalty", "twice" | "sign" | "none", tv)``,
         ``("codebook_routing", "roll+1" | "roll-1" | "reversed", tv)`` (with codebooks and at
-        least one per-codebook list).
+        least one per-codebook list), and the routing identified row by row from the
+        candidate's output (:func:`identify_route`: any permutation, ``repeat_interleave`` over
+        the (batch x codebook) rows; :func:`route_name`).
     """
     cand = processor(logits.clone(), input_ids.clone(), dict(params))
     out = []
     for fam, name, kw in hypothesis_faults(params, logits):
         ref = reference_process(logits, input_ids, params, **kw)
         out.append((fam, name, distribution_gap(ref, cand)[0]))
+    if logits.dim() == 3:
+        route = identify_route(params, logits, input_ids, lambda ref: row_tv(ref, cand))
+        if route is not None:
+            ref = reference_process(logits, input_ids, params, route=route)
+            out.append(("codebook_routing", route_name(route), distribution_gap(ref, cand)[0]))
     return out
 
 
@@ -573,10 +658,22 @@ def draw_hypotheses(res: DrawResult, logits, input_ids, delta: float) -> list[tu
     -------
     list of (str, str, float)
         ``(family, name, excess)``: greatest ``tv - bound`` over the rows (<= 0: the draws are
-        consistent with that fault), for each fault of :func:`hypothesis_faults`.
+        consistent with that fault), for each fault of :func:`hypothesis_faults`, and the
+        routing identified row by row (:func:`identify_route`, :func:`route_name`).
     """
+    import torch
+
     out = []
     for fam, name, kw in hypothesis_faults(res.params, logits):
         probs = reference_probs(logits, input_ids, res.params, **kw)
         out.append((fam, name, draw_gap(res.freq, res.draws, probs, delta)[0]))
+    if logits.dim() == 3:
+        def excess(ref_logits):
+            probs = torch.softmax(ref_logits.double(), -1)
+            return 0.5 * (res.freq - probs).abs().sum(-1) - tv_bound(probs, res.draws, delta)
+
+        route = identify_route(res.params, logits, input_ids, excess)
+        if route is not None:
+            probs = reference_probs(logits, input_ids, res.params, route=route)
+            out.append(("codebook_routing", route_name(route), draw_gap(res.freq, res.draws, probs, delta)[0]))
     return out

@@ -423,7 +423,9 @@ class LayoutFit:
     """A multi-channel reference against a mono candidate: the layout that fits.
 
     ``layout``: ``"interleaved"`` (``x.T.reshape(-1)``), ``"channel_major"``
-    (``x.reshape(-1)``) or ``"first"`` (one channel, ``channel_used``). SNRs in dB;
+    (``x.reshape(-1)``), ``"first"`` (one channel, ``channel_used``) or
+    ``"channel_axis_resampled"`` (a fixed mix, ``mix_weights``, of the channels at the time
+    scale ``length_ratio`` off the reference's: a resampler run along the channel axis). SNRs in dB;
     ``length_ratio`` = candidate / reference samples; spectral peaks (Hz) of the
     reference mixdown and the candidate, measured for the two flattens.
     """
@@ -437,6 +439,7 @@ class LayoutFit:
     channel_used: int | None = None
     reference_peak_hz: float | None = None
     candidate_peak_hz: float | None = None
+    mix_weights: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -629,7 +632,7 @@ def analyse_waveforms(reference: Any, candidate: Any, sr_ref: int, sr_cand: int,
     if ref.shape[0] > 1 and cand.shape[0] == 1:
         cmp.layout = _channel_layout(ref, cand, sr_ref, cmp.metrics)
         layout = cmp.layout.layout if cmp.layout else "mean"
-        if layout in ("interleaved", "channel_major"):  # nothing left to align: plot as served
+        if layout in ("interleaved", "channel_major", "channel_axis_resampled"):  # plot as served
             return _finish(cmp, ref.mean(axis=0, keepdims=True), cand, t0)
         ref = ref.mean(axis=0, keepdims=True) if layout != "first" else ref[[cmp.layout.channel_used]]
     elif ref.shape[0] != cand.shape[0]:
@@ -741,7 +744,7 @@ def _channel_layout(ref: np.ndarray, cand: np.ndarray, sr: int, m: AudioMetrics)
     best = max(scores, key=lambda k: scores[k])  # first of equal scores wins
     m.layout_snr_db = ", ".join(f"{k}={fmt_db(v, 2)}" for k, v in scores.items())
     if best == "mean" or scores[best] < HYPOTHESIS_SNR_DB or scores[best] <= scores["mean"]:
-        return None
+        return _channel_axis_resampled(ref, c)
     fit = LayoutFit(layout=best, channels=C, candidate_samples=int(c.size),
                     length_ratio=c.size / ref.shape[1], hypothesis_snr_db=scores[best],
                     mean_downmix_snr_db=scores["mean"])
@@ -752,6 +755,45 @@ def _channel_layout(ref: np.ndarray, cand: np.ndarray, sr: int, m: AudioMetrics)
     fit.layout, fit.channel_used = "first", int(best.split("_")[1])
     m.downmix_channel = fit.channel_used
     return fit
+
+
+def _channel_axis_resampled(ref: np.ndarray, c: np.ndarray) -> LayoutFit | None:
+    """A (C, n) reference and a mono candidate of another length: is the candidate a fixed mix
+    of the channels left at the source time scale (resampling run along the channel axis of a
+    ``(samples, channels)`` clip, then a mixdown), with weights that are not the mean's?
+
+    The reference's channels are time-scaled to the candidate's length (band-limited, for a
+    reference length rounded by up to a sample: eighths tried) and the mix weights fitted by least
+    squares; fits at
+    ``HYPOTHESIS_SNR_DB`` and 6 dB better than the time-scaled channel mean.
+    """
+    C, nr = ref.shape
+    nc = c.size
+    if nc < 16 or abs(nc / nr - 1.0) <= 0.002:
+        return None
+    import librosa
+
+    inner = slice(nc // 50, nc - nc // 50)
+    best = None
+    for j in sorted(range(-8, 9), key=abs):  # the reference's length was rounded: exact within +-1
+        y = librosa.resample(np.ascontiguousarray(ref), orig_sr=8 * nr + j, target_sr=8 * nc)
+        if y.shape[-1] < nc:
+            continue
+        scaled = y[:, :nc][:, inner]
+        w, *_ = np.linalg.lstsq(scaled.T, c[inner], rcond=None)
+        fit, mean = snr_db(w @ scaled, c[inner]), snr_db(scaled.mean(axis=0), c[inner])
+        if best is None or fit > best[0]:
+            best = (fit, mean, w)
+        if fit >= HYPOTHESIS_SNR_DB + 20:
+            break
+    if best is None:
+        return None
+    fit, mean, w = best
+    if fit < HYPOTHESIS_SNR_DB or fit <= mean + 6:
+        return None
+    return LayoutFit(layout="channel_axis_resampled", channels=C, candidate_samples=int(nc),
+                     length_ratio=nc / nr, hypothesis_snr_db=fit, mean_downmix_snr_db=mean,
+                     mix_weights=tuple(round(float(x), 4) for x in w))
 
 
 def _time_axis(ref: np.ndarray, cand: np.ndarray, sr: int, cmp: WaveformComparison,
