@@ -220,5 +220,6 @@ def run(ctx: Any) -> list[Finding]:
                                source=f"{spec.name}:synthesize_candidate", chunk_samples=chunk)
     m = measure_quality(ref, cand, metrics=spec.get("quality_metrics", None) or METRICS,
                         asr=spec.get("quality_asr", None), speaker=spec.get("quality_speaker", None))
-    ctx.extras["quality"] = m if hasattr(ctx, "extras") else None
+    ctx.extras["quality"] = m
+    ctx.extras["quality_summary"] = summary(m)
     return findings(m)
