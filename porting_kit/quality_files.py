@@ -104,3 +104,4 @@ def compare_quality(ref_dir: str | Path, cand_dir: str | Path, *, metrics: Seque
     report = quality_report(ref, cand, metrics=metrics, asr=asr, speaker=speaker)
     report.timing = {"read": t_read, **report.timing, "total": time.perf_counter() - t0}
     return report
+

@@ -205,19 +205,13 @@ def run(ctx: Any) -> list[Finding]:
     ``quality_chunk_samples``, ``quality_metrics``, ``quality_asr``, ``quality_speaker``.
     Otherwise one ``quality.skipped``.
     """
-    from porting_kit.probes.quality import METRICS, measure_quality, synthesize_take_set
+    from porting_kit.probes.quality import METRICS, measure_quality, spec_take_sets
 
     spec = ctx.spec
     lacking = [n for n in ("synthesize_reference", "synthesize_candidate", "quality_prompts") if not spec.has(n)]
     if lacking:
         return [skip("quality", f"the spec lacks {', '.join(lacking)} (both sides must synthesise a prompt list)")]
-    prompts = spec.get("quality_prompts")
-    seeds = list(spec.get("quality_seeds", None) or (0, 1, 2))
-    chunk = spec.get("quality_chunk_samples", None)
-    ref = synthesize_take_set(lambda t, s: spec.call("synthesize_reference", t, s), prompts, seeds,
-                              source=f"{spec.name}:synthesize_reference")
-    cand = synthesize_take_set(lambda t, s: spec.call("synthesize_candidate", t, s), prompts, seeds,
-                               source=f"{spec.name}:synthesize_candidate", chunk_samples=chunk)
+    ref, cand = spec_take_sets(spec)
     m = measure_quality(ref, cand, metrics=spec.get("quality_metrics", None) or METRICS,
                         asr=spec.get("quality_asr", None), speaker=spec.get("quality_speaker", None))
     ctx.extras["quality"] = m

@@ -255,6 +255,39 @@ def synthesize_take_set(fn: Callable[[str, int], Any], prompts: dict[str, str] |
     return TakeSet(dict(prompts), takes, rates.pop(), [int(s) for s in seeds], chunk_samples, source)
 
 
+def spec_take_sets(spec: Any) -> tuple[Any, Any]:
+    """Both sides' takes of a spec that can synthesise them (the ``quality`` family's input).
+
+    Parameters
+    ----------
+    spec : Spec
+        Defines ``synthesize_reference``, ``synthesize_candidate`` and ``quality_prompts``;
+        optional ``quality_seeds`` (default ``[0, 1, 2]``) and ``quality_chunk_samples``.
+
+    Returns
+    -------
+    (TakeSet, TakeSet)
+        The reference's and the candidate's, same prompts and seeds.
+
+    Raises
+    ------
+    InputError
+        A name is missing, or a synthesiser raised or returned no ``(waveform, sample_rate)``.
+    """
+    lacking = [n for n in ("synthesize_reference", "synthesize_candidate", "quality_prompts") if not spec.has(n)]
+    if lacking:
+        raise InputError(f"{spec.name}: the spec lacks {', '.join(lacking)} (both sides must synthesise "
+                         f"a prompt list)")
+    prompts = spec.get("quality_prompts")
+    seeds = list(spec.get("quality_seeds", None) or (0, 1, 2))
+    ref = synthesize_take_set(lambda t, s: spec.call("synthesize_reference", t, s), prompts, seeds,
+                              source=f"{spec.name}:synthesize_reference")
+    cand = synthesize_take_set(lambda t, s: spec.call("synthesize_candidate", t, s), prompts, seeds,
+                               source=f"{spec.name}:synthesize_candidate",
+                               chunk_samples=spec.get("quality_chunk_samples", None))
+    return ref, cand
+
+
 # ---------------------------------------------------------------------------------------------
 # Metrics
 # ---------------------------------------------------------------------------------------------
