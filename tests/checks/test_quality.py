@@ -154,3 +154,27 @@ def test_folders_round_trip_and_cli(reference, tmp_path):
     # no chunk size: the seam metric skips with the reason, the rest still judges
     (tmp_path / "cand" / "prompts.json").unlink()
     assert main(["quality", str(tmp_path / "ref"), str(tmp_path / "cand"), "--metrics", "seam"]) == 0
+
+
+def test_quality_family_in_check(tmp_path):
+    """``porting-kit check --only quality`` on a spec that synthesises both sides: same verdicts,
+    and the JSON carries the metric table; a spec without the names skips with the reason."""
+    from porting_kit.runner import run_check
+
+    spec = tmp_path / "espeak_spec.py"
+    spec.write_text(
+        "import porting_kit.embedded.espeak_pair as ep\n"
+        "VARIANTS = ep.VARIANTS\nVARIANT = None\n"
+        "quality_prompts = {'p01': 'The quick brown fox jumps over the lazy dog.'}\n"
+        "quality_metrics = ['duration', 'seam']\nquality_chunk_samples = ep.CHUNK_SAMPLES\n"
+        "def synthesize_reference(text, seed):\n    return ep.synthesize_reference(text, seed)\n"
+        "def synthesize_candidate(text, seed):\n    ep.VARIANT = VARIANT\n"
+        "    try:\n        return ep.synthesize_candidate(text, seed)\n"
+        "    finally:\n        ep.VARIANT = None\n")
+    report = run_check(str(spec), variant="seam_click", only="quality")
+    assert report.codes("fail") == ["quality.seam"]
+    data = report.to_dict()
+    assert [r["metric"] for r in data["quality"]["metrics"]] == ["duration", "seam"]
+    skipped = run_check(example="tts", only="quality")
+    assert [(f.code, f.status) for f in skipped.findings] == [("quality.skipped", "skip")]
+    assert "quality_prompts" in skipped.findings[0].message
