@@ -78,7 +78,7 @@ CANNOT_SEE = (
     "pass --asr module:function for others",
     "speaker traits GE2E does not encode (age, accent within a voice); a clone's similarity is not "
     "checked against a no-reference control",
-    "anything above the reference's own spread when it has one take (give N >= 3 takes)",
+    "the reference's own spread when it has one take: then only the floors judge (give N >= 3 takes)",
 )
 #: How to plug in models the user already has.
 HOOKS = ("--asr module:function (waveform float32 [samples], sample_rate) -> str, e.g. a Whisper "
