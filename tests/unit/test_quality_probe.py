@@ -134,3 +134,29 @@ def test_a_click_at_every_seam_is_quality_seam(chunk, amplitude, seed):
 
 def test_seam_jumps_sees_no_seam_in_a_short_clip():
     assert seam_jumps(voiced(0, 0.05), SR, 4000)["seams"] == 0
+
+
+def test_asr_and_speaker_hooks_reach_the_verdicts(tmp_path, monkeypatch):
+    """``--asr module:function`` / ``--speaker module:function``: the user's models are used as given."""
+    pytest.importorskip("jiwer")
+    (tmp_path / "my_models.py").write_text(
+        "import numpy as np\n"
+        "def transcribe(y, sr):\n"
+        "    return 'one two three' if np.abs(y).max() > 0.5 else 'one'\n"
+        "def embed(y, sr):\n"
+        "    peak = min(float(np.abs(y).max()), 1.0)\n"
+        "    return np.array([peak, 1.0 - peak])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ref, cand = tmp_path / "ref", tmp_path / "cand"
+    write_take_set(take_set(0), ref)
+    quiet = take_set(1)
+    quiet.takes = {p: [y * 0.3 for y in clips] for p, clips in quiet.takes.items()}
+    write_take_set(quiet, cand)
+    out = tmp_path / "r.json"
+    assert main(["quality", str(ref), str(cand), "--metrics", "wer,speaker", "--asr", "my_models:transcribe",
+                 "--speaker", "my_models:embed", "--json", str(out)]) == 1
+    data = json.loads(out.read_text())
+    assert [f["code"] for f in data["findings"]] == ["quality.wer", "quality.speaker"]
+    wer = data["findings"][0]["evidence"]
+    assert wer["asr"] == "my_models:transcribe" and wer["prompt1_candidate_transcript"] == "one"
+    assert main(["quality", str(ref), str(cand), "--asr", "my_models:nope"]) == 2
