@@ -202,18 +202,22 @@ def run(ctx: Any) -> list[Finding]:
 
     Needs ``synthesize_reference``, ``synthesize_candidate`` and ``quality_prompts`` (a list of
     texts or a dict id -> text); optional ``quality_seeds`` (default ``[0, 1, 2]``),
-    ``quality_chunk_samples``, ``quality_metrics``, ``quality_asr``, ``quality_speaker``.
-    Otherwise one ``quality.skipped``.
+    ``quality_chunk_samples``, ``quality_metrics``, ``quality_asr``, ``quality_speaker`` (a function
+    or ``"module:function"``). Otherwise one ``quality.skipped``.
     """
-    from porting_kit.probes.quality import METRICS, measure_quality, spec_take_sets
+    from porting_kit.probes.quality import METRICS, load_callable, measure_quality, spec_take_sets
 
     spec = ctx.spec
     lacking = [n for n in ("synthesize_reference", "synthesize_candidate", "quality_prompts") if not spec.has(n)]
     if lacking:
         return [skip("quality", f"the spec lacks {', '.join(lacking)} (both sides must synthesise a prompt list)")]
     ref, cand = spec_take_sets(spec)
+    hooks = {}
+    for name, what in (("quality_asr", "quality_asr"), ("quality_speaker", "quality_speaker")):
+        fn = spec.get(name, None)
+        hooks[name] = load_callable(fn, f"{spec.name}: {what}") if isinstance(fn, str) else fn
     m = measure_quality(ref, cand, metrics=spec.get("quality_metrics", None) or METRICS,
-                        asr=spec.get("quality_asr", None), speaker=spec.get("quality_speaker", None))
+                        asr=hooks["quality_asr"], speaker=hooks["quality_speaker"])
     ctx.extras["quality"] = m
     ctx.extras["quality_summary"] = summary(m)
     return findings(m)
