@@ -178,24 +178,33 @@ def read_take_set(root: str | Path, prompts: dict[str, str] | None = None) -> Ta
     return TakeSet(prompts, takes, distinct[0], list(seeds), (data or {}).get("chunk_samples"), str(root))
 
 
-def write_take_set(ts: TakeSet, root: str | Path) -> Path:
+def write_take_set(ts: TakeSet, root: str | Path, *, force: bool = False) -> Path:
     """Write ``ts`` in the folder layout (PCM-16 WAV takes and ``prompts.json``).
 
     Parameters
     ----------
     ts : TakeSet
     root : str or Path
-        Created if absent; existing take files of the same names are replaced.
+        Created if absent.
+    force : bool, default False
+        Replace a take set already there (its ``prompts.json`` and take files of the same names).
 
     Returns
     -------
     Path
         ``root``.
+
+    Raises
+    ------
+    InputError
+        ``root`` already holds a ``prompts.json`` and ``force`` is False (nothing is written).
     """
     import numpy as np
     import soundfile as sf
 
     root = Path(root)
+    if (root / PROMPTS_FILE).exists() and not force:
+        raise InputError(f"{root}: already holds a take set ({PROMPTS_FILE}); choose another folder or force=True")
     root.mkdir(parents=True, exist_ok=True)
     side = {"prompts": ts.prompts, "seeds": ts.seeds}
     if ts.chunk_samples:
