@@ -44,6 +44,10 @@ def test_layout_round_trip(tmp_path):
     assert back.prompts == PROMPTS and back.n_takes == 3 and back.sample_rate == SR
     assert back.chunk_samples == 800 and back.seeds == [0, 1, 2]
     assert back.takes["a"][0].shape == (int(1.2 * SR),)
+    before = (tmp_path / "ref" / "a" / "take0.wav").read_bytes()
+    with pytest.raises(InputError, match="already holds a take set"):
+        write_take_set(take_set(5), tmp_path / "ref")
+    assert (tmp_path / "ref" / "a" / "take0.wav").read_bytes() == before
 
 
 @pytest.mark.parametrize("breakage, message", [
