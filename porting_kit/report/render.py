@@ -78,14 +78,17 @@ def print_quality_table(quality: dict, console: Console) -> None:
     table = Table(title=f"quality: {len(quality['prompts'])} prompts x {quality['takes']} takes "
                         f"(reference {quality['sample_rates']['reference']} Hz, "
                         f"candidate {quality['sample_rates']['candidate']} Hz)")
-    for col in ("metric", "unit", "reference spread", "candidate", "bar", "verdict", "worst prompt", "note"):
+    for col in ("metric (unit)", "reference spread", "candidate", "bar", "verdict", "worst prompt"):
         table.add_column(col, overflow="fold")
     for row in quality["metrics"]:
         v = row["verdict"]
-        table.add_row(row["metric"], escape(row["unit"]), _num(row["reference_spread"]), _num(row["candidate"]),
-                      _num(row["threshold"]), f"[{_STYLE[v]}]{v.upper()}[/]", escape(row["worst_prompt"] or ""),
-                      escape(row["note"] or ""))
+        table.add_row(escape(f"{row['metric']} ({row['unit']})"), _num(row["reference_spread"]),
+                      _num(row["candidate"]), _num(row["threshold"]), f"[{_STYLE[v]}]{v.upper()}[/]",
+                      escape(row["worst_prompt"] or ""))
     console.print(table)
+    for row in quality["metrics"]:
+        if row["note"]:
+            console.print(f"{row['metric']}: {row['note']}", markup=False, highlight=False)
     console.print("bar = factor x reference spread + floor; cannot see: " + "; ".join(quality["cannot_see"]),
                   markup=False, highlight=False)
     console.print("hooks: " + quality["hooks"], markup=False, highlight=False)
