@@ -45,6 +45,31 @@ def compare_files(reference_path, candidate_path, **kwargs):
     return _compare_files(reference_path, candidate_path, **kwargs)
 
 
+def compare_quality(reference_dir, candidate_dir, **kwargs):
+    """End-to-end quality of two take folders; see :func:`porting_kit.quality_files.compare_quality`.
+
+    Parameters
+    ----------
+    reference_dir, candidate_dir : str or os.PathLike
+        ``<prompt_id>/take<k>.wav`` folders with ``prompts.json`` (the candidate's optional).
+    **kwargs
+        Passed on unchanged (``metrics``, ``chunk_samples``, ``asr``, ``speaker``).
+
+    Returns
+    -------
+    Report
+        Command ``quality``: ``quality.*`` findings and the metric table (``report.quality``).
+
+    Raises
+    ------
+    InputError
+        A folder, sidecar or clip the tool cannot use.
+    """
+    from porting_kit.quality_files import compare_quality as _compare
+
+    return _compare(reference_dir, candidate_dir, **kwargs)
+
+
 def copy_notebooks(dest, *, force: bool = False):
     """Copy the walkthroughs into ``dest``; see :func:`porting_kit.notebooks.copy_notebooks`.
 
@@ -73,6 +98,6 @@ def copy_notebooks(dest, *, force: bool = False):
 
 __all__ = [
     "FAMILIES", "Finding", "InputError", "Report", "ScaffoldOptions", "ScaffoldResult", "Spec", "Where",
-    "__version__", "compare_files", "copy_notebooks", "list_examples", "load_spec", "run_check",
+    "__version__", "compare_files", "compare_quality", "copy_notebooks", "list_examples", "load_spec", "run_check",
     "scaffold", "validate",
 ]

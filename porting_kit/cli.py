@@ -149,7 +149,7 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
           only: str | None = typer.Option(None, "--only",
                                           help="Comma-separated families: "
                                                "config,parity,rope,norm,tp,decode,sampling,hop,channel,dtype,batch,rng,"
-                                               "lifecycle,cudagraph."),
+                                               "lifecycle,cudagraph,quality."),
           json_path: Path | None = typer.Option(None, "--json", help="Write the JSON report here (- for standard output)."),
           plot: Path | None = typer.Option(None, "--plot", metavar="DIR",
                                            help="Write PNG plots here: error per layer, per decode step, "
@@ -237,6 +237,42 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
         with _progress(f"audio: comparing {cand.name} with {ref.name}"):
             report = compare_files(ref, cand, hop_length=hop_length, sample_rate=sample_rate, plot=plot,
                                    channels=channels)
+        print_report(report, _report_console(json_path))
+        if json_path:
+            report.write_json(json_path)
+        return report.exit_code
+
+    _exit(_guard(body))
+
+
+@app.command()
+def quality(ref_dir: Path = typer.Argument(..., help="Reference takes: <prompt_id>/take<k>.wav + prompts.json."),
+            cand_dir: Path = typer.Argument(..., help="Candidate takes, same layout and prompts."),
+            metrics: str | None = typer.Option(None, "--metrics",
+                                               help="Comma-separated: duration,mcd,seam,wer,speaker,mos "
+                                                    "(default all; a metric whose package is absent skips)."),
+            chunk_samples: int | None = typer.Option(None, "--chunk-samples", min=2,
+                                                     help="The candidate's streaming chunk in samples: "
+                                                          "where the seams are."),
+            asr: str | None = typer.Option(None, "--asr", metavar="MODULE:FUNCTION",
+                                           help="Your recogniser (waveform, sample_rate) -> text "
+                                                "(default: pocketsphinx's bundled English model)."),
+            speaker: str | None = typer.Option(None, "--speaker", metavar="MODULE:FUNCTION",
+                                               help="Your speaker encoder (waveform, sample_rate) -> vector "
+                                                    "(default: resemblyzer's GE2E)."),
+            json_path: Path | None = typer.Option(None, "--json",
+                                                  help="Write the JSON report here (- for standard output).")):
+    """Does the port sound like the reference? WER, speaker, MOS, MCD, seams, duration vs its own spread."""
+
+    def body() -> int:
+        from porting_kit.fsutil import check_output_path
+        from porting_kit.quality_files import compare_quality
+        from porting_kit.report.render import print_report
+
+        check_output_path(json_path, inputs=[ref_dir, cand_dir])
+        with _progress(f"quality: {cand_dir.name} against {ref_dir.name}"):
+            report = compare_quality(ref_dir, cand_dir, metrics=metrics, chunk_samples=chunk_samples,
+                                     asr=asr, speaker=speaker)
         print_report(report, _report_console(json_path))
         if json_path:
             report.write_json(json_path)

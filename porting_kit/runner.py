@@ -17,7 +17,8 @@ from porting_kit.spec import Spec, load_spec
 
 #: Family prefix -> module under porting_kit.checks, in run order (static config first,
 #: then parity, the diagnoses that explain its divergence, tensor-parallel parity, decode steps and
-#: sampling, audio and reference-audio features, then the engine contract).
+#: sampling, audio and reference-audio features, then the engine contract, last the end-to-end
+#: quality of synthesised takes).
 FAMILIES: dict[str, str] = {
     "config": "config",
     "parity": "parity",
@@ -34,6 +35,7 @@ FAMILIES: dict[str, str] = {
     "rng": "rng",
     "lifecycle": "lifecycle",
     "cudagraph": "cudagraph",
+    "quality": "quality",
 }
 
 
@@ -147,4 +149,5 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     report.first_divergence = ctx.first_divergence
     report.extras = ctx.extras
     report.alignment = ctx.extras.get("alignment_report")
+    report.quality = ctx.extras.get("quality_summary")
     return report

@@ -62,6 +62,7 @@ SAMPLING_NAMES = ("candidate_sampler", "candidate_logits_processor")
 EMBEDDED = {
     "tts": "porting_kit.embedded.tts",
     "generator": "porting_kit.embedded.generator",
+    "espeak": "porting_kit.embedded.espeak_pair",
 }
 DEFAULT_EXAMPLE = "tts"
 

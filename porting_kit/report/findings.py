@@ -158,6 +158,15 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
+def _json_tree(v: Any) -> Any:
+    """:func:`_jsonable` through nested dicts and lists."""
+    if isinstance(v, dict):
+        return {str(k): _json_tree(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_tree(x) for x in v]
+    return _jsonable(v)
+
+
 @dataclass
 class Report:
     """The result of one command: findings, first divergence, timing.
@@ -198,6 +207,10 @@ class Report:
     #: The module alignment of layer parity (``check`` only; ``None`` when parity did not run):
     #: ``{"pairs": [...], "unaligned_reference": [...], "unaligned_candidate": [...]}``.
     alignment: dict[str, Any] | None = None
+    #: Written under the JSON's top-level ``"quality"`` key when set (``quality`` command, or a
+    #: ``check`` whose quality family ran): the metric table with the reference's spread,
+    #: the prompts, what the metrics cannot see and the ASR / speaker hooks.
+    quality: dict[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -265,6 +278,8 @@ class Report:
             out["alignment"] = None if self.alignment is None else {
                 k: [{rk: _jsonable(rv) for rk, rv in row.items()} if isinstance(row, dict) else _jsonable(row)
                     for row in rows] for k, rows in self.alignment.items()}
+        if self.quality is not None:
+            out["quality"] = _json_tree(self.quality)
         out["timing"] = {k: round(float(v), 6) for k, v in self.timing.items()}
         return out
 

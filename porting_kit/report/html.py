@@ -210,7 +210,10 @@ def report_html(report) -> str:
     title = (f'<div style="margin:4px 0"><span style="background:{_STATUS_BG[status]};color:#000;'
              f'font-weight:bold;padding:2px 8px">{html.escape(status.upper())}</span> '
              f"porting-kit {html.escape(report.command)}: {html.escape(summary or 'no findings')}</div>")
-    parts = [title, findings_html(report.findings), first_divergence_html(report.first_divergence)]
+    parts = [title]
+    if getattr(report, "quality", None) is not None:
+        parts.append(quality_table_html(report.quality))
+    parts += [findings_html(report.findings), first_divergence_html(report.first_divergence)]
     rows = report.extras.get("alignment") if isinstance(report.extras, dict) else None
     if rows:
         parts.append(f"<details><summary>aligned modules ({len(rows)})</summary>"
@@ -337,3 +340,66 @@ def checks_summary_html(report) -> str:
                     f"{_status_cell(worst)}<td style=\"{_CELL}\">{html.escape(counts)}</td>"
                     f'<td style="{_CELL}">{reasons}</td></tr>')
     return f'<table style="{_TABLE}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def quality_table_html(quality: dict[str, Any]) -> str:
+    """The quality metric table as HTML: the reference's spread, the candidate, the bar, the verdict.
+
+    Parameters
+    ----------
+    quality : dict
+        :attr:`~porting_kit.report.findings.Report.quality`
+        (:func:`porting_kit.checks.quality.summary`).
+
+    Returns
+    -------
+    str
+        A table (one row per metric) and a line saying what the metrics cannot see and the hooks.
+    """
+    head = "".join(f'<th style="{_CELL}">{h}</th>' for h in
+                   ("metric", "unit", "reference spread", "candidate", "bar", "verdict", "worst prompt", "note"))
+    rows = []
+    for r in quality["metrics"]:
+        cells = [_esc(r["metric"]), _esc(r["unit"]), _fmt(r["reference_spread"]), _fmt(r["candidate"]),
+                 _fmt(r["threshold"])]
+        rows.append("<tr>" + "".join(f'<td style="{_CELL}">{c}</td>' for c in cells)
+                    + _status_cell(r["verdict"])
+                    + f'<td style="{_CELL}">{_esc(r["worst_prompt"] or "")}</td>'
+                    + f'<td style="{_CELL}">{_esc(r["note"] or "")}</td></tr>')
+    limits = html.escape("; ".join(quality["cannot_see"]))
+    return (f'<table style="{_TABLE}"><tr>{head}</tr>{"".join(rows)}</table>'
+            f'<div style="margin:4px 0;font-size:90%">bar = factor x reference spread + floor. '
+            f"Cannot see: {limits}. Hooks: {html.escape(quality['hooks'])}</div>")
+
+
+def transcripts_html(report, count: int = 3) -> str:
+    """The worst prompts of the ASR round trip with both transcripts (HTML).
+
+    Parameters
+    ----------
+    report : Report
+        A ``quality`` report whose ``wer`` metric ran (``extras["quality"]``).
+    count : int
+        Prompts shown, worst first (candidate WER minus the reference's worst take).
+
+    Returns
+    -------
+    str
+        A table: prompt, its text, the reference's worst transcript and WER, the candidate's worst
+        transcript and its mean WER; a one-line note when ``wer`` did not run.
+    """
+    m = report.extras.get("quality") if isinstance(report.extras, dict) else None
+    res = m.metrics.get("wer") if m is not None else None
+    if res is None or res.skipped:
+        why = res.skipped if res is not None else "the wer metric was not asked for"
+        return f"<div>ASR round trip not run: {html.escape(why)}</div>"
+    order = sorted(res.per_prompt, key=lambda k: res.per_prompt[k]["candidate"] - res.per_prompt[k]["reference_spread"],
+                   reverse=True)[:count]
+    head = "".join(f'<th style="{_CELL}">{h}</th>' for h in
+                   ("prompt", "text", "reference (worst take)", "WER", "candidate (worst take)", "mean WER"))
+    rows = "".join(
+        "<tr>" + "".join(f'<td style="{_CELL}">{c}</td>' for c in (
+            _esc(pid), _esc(res.per_prompt[pid]["text"]), _esc(res.per_prompt[pid]["reference_transcript"]),
+            _fmt(res.per_prompt[pid]["reference_spread"]), _esc(res.per_prompt[pid]["candidate_transcript"]),
+            _fmt(res.per_prompt[pid]["candidate"]))) + "</tr>" for pid in order)
+    return f'<table style="{_TABLE}"><tr>{head}</tr>{rows}</table>'

@@ -567,3 +567,62 @@ def save_check_plots(report, directory) -> list:
         atomic_write(out / name, lambda tmp, fig=fig: fig.savefig(tmp, dpi=100, format="png"), suffix=".png")
         written.append(out / name)
     return written
+
+
+def plot_quality_seams(measurement, prompt_id: str | None = None, *, take: int = 0, axes=None,
+                       title: str | None = None):
+    """The candidate's first difference around its chunk seams, against the reference's take.
+
+    Parameters
+    ----------
+    measurement : QualityMeasurement
+        From :func:`porting_kit.probes.quality.measure_quality` (``report.extras["quality"]``).
+    prompt_id : str, optional
+        Default: the seam metric's worst prompt (else the first prompt).
+    take : int
+        Which take of each side.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Top: ``abs(diff)`` of the reference's and the candidate's take against time (s), over each
+        side's 99th percentile, with the candidate's seams as vertical lines. Bottom: the candidate
+        value per prompt against the reference's spread (the seam metric), when it ran.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    seam = measurement.metrics.get("seam")
+    ran = seam is not None and not seam.skipped
+    pid = prompt_id or (seam.worst_prompt if ran else None) or next(iter(measurement.reference.prompts))
+    sr = measurement.reference.sample_rate
+    cand_sr = measurement.candidate.sample_rate
+    if axes is None:
+        fig, axes = plt.subplots(2 if ran else 1, 1, figsize=(10, 5 if ran else 3), squeeze=False)
+        axes = axes[:, 0]
+    fig = axes[0].figure
+    ax = axes[0]
+    for y, rate, label, kw in ((measurement.reference.takes[pid][take], sr, "reference", dict(lw=0.8)),
+                               (measurement.candidate.takes[pid][take], cand_sr, "candidate",
+                                dict(lw=0.8, alpha=0.8))):
+        d = np.abs(np.diff(y, prepend=y[0]))
+        ax.plot(np.arange(d.size) / rate, d / (np.percentile(d, 99) + 1e-9), label=label, **kw)
+    chunk = measurement.candidate.chunk_samples
+    if chunk:
+        for b in range(chunk, len(measurement.candidate.takes[pid][take]), chunk):
+            ax.axvline(b / cand_sr, color="grey", lw=0.6, ls=":")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("|diff| / p99")
+    ax.set_title(title or f"seams of prompt {pid}, take {take} (dotted: the candidate's chunk boundaries)")
+    ax.legend(loc="upper right")
+    if ran:
+        ax2 = axes[1]
+        ids = list(seam.per_prompt)
+        x = np.arange(len(ids))
+        ax2.bar(x - 0.2, [seam.per_prompt[k]["reference_spread"] for k in ids], 0.4, label="reference spread")
+        ax2.bar(x + 0.2, [seam.per_prompt[k]["candidate"] for k in ids], 0.4, label="candidate")
+        ax2.set_xticks(x, ids)
+        ax2.set_ylabel("seam jump / p99 |diff|")
+        ax2.legend(loc="upper right")
+    fig.tight_layout()
+    return fig

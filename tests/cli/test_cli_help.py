@@ -18,7 +18,7 @@ from porting_kit.cli import app, main
 from porting_kit.cli import lint_main as lint_hook
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-COMMANDS = ["", "check", "examples", "audio", "baseline record", "baseline compare", "notebooks", "lint",
+COMMANDS = ["", "check", "examples", "audio", "quality", "baseline record", "baseline compare", "notebooks", "lint",
             "scaffold", "validate"]
 _OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 

@@ -18,7 +18,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "porting_kit"
 FAMILIES = ("parity", "rope", "norm", "config", "hop", "channel", "dtype", "rng", "lifecycle", "decode",
-            "sampling", "batch", "features", "tp", "cudagraph")
+            "sampling", "batch", "features", "tp", "cudagraph", "quality")
 CODE = re.compile(r"^(%s)\.(?!(?:json|yaml|yml|py|toml|txt)$)[a-z][a-z0-9_]*$" % "|".join(FAMILIES))
 
 
