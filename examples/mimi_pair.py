@@ -21,6 +21,9 @@ Variants (negative controls: faults planted in the conversion):
   (a conversion that flips a kernel meant for a transposed conv).
 * ``conv_as_matmul`` (clean): every plain conv of the candidate computed as unfold + matmul,
   the same sums in another float32 order (a port with its own conv kernel).
+* ``roundtrip_small_scale``: the roundtrip of ``roundtrip_conv_as_matmul`` with one encoder
+  residual conv's weight scaled by 1 + 2e-5: a relative error ~20x the noise floor there,
+  which the noise model must still locate.
 * ``upsample_scale``: the depthwise upsampler's weight is scaled by 1.001 (a weight
   converted through a lossy rescale): an error of 1e-3 relative in one module.
 """
@@ -38,6 +41,8 @@ VARIANTS = {
     "conv_as_matmul": "clean: the candidate computes every conv as unfold + matmul (another fp32 op order)",
     "roundtrip": "clean: audio -> encoder -> decoder without the quantizer (both conv stacks, both transformers)",
     "roundtrip_conv_as_matmul": "clean: roundtrip with the candidate's convs as unfold + matmul",
+    "roundtrip_small_scale": "roundtrip, convs as unfold + matmul, and encoder.model.4.block.3's conv "
+                             "weight scaled by 1 + 2e-5 in the conversion (an error a few times the noise)",
 }
 VARIANT: str | None = None
 
@@ -65,7 +70,7 @@ def reference():
 def candidate():
     """moshi ``MimiModel`` of the same layout (weights set by the tool)."""
     model = build_moshi_mimi(reference().config)
-    if VARIANT in ("conv_as_matmul", "roundtrip_conv_as_matmul"):
+    if VARIANT in ("conv_as_matmul", "roundtrip_conv_as_matmul", "roundtrip_small_scale"):
         for mod in model.modules():
             if type(mod) is torch.nn.Conv1d:
                 mod.forward = _conv_as_matmul.__get__(mod)
@@ -98,6 +103,9 @@ def convert_weights(reference_state_dict):
     elif VARIANT == "kernel_flip":
         name = "decoder.model.3.block.1.conv.conv.weight"
         out[name] = out[name].flip(-1).contiguous()
+    elif VARIANT == "roundtrip_small_scale":
+        name = "encoder.model.4.block.3.conv.conv.weight"
+        out[name] = out[name] * (1 + 2e-5)
     elif VARIANT == "upsample_scale":
         name = "upsample.convtr.convtr.convtr.weight"
         out[name] = out[name] * 1.001
@@ -105,7 +113,8 @@ def convert_weights(reference_state_dict):
 
 
 #: The kernel flip and the rescale change values the name map alone cannot explain.
-transformed_weights = ["decoder.decoder_seanet.layers.3.block.1.conv.weight", "decoder.upsample.conv.weight"]
+transformed_weights = ["decoder.decoder_seanet.layers.3.block.1.conv.weight", "decoder.upsample.conv.weight",
+                       "encoder.encoder_seanet.layers.4.block.3.conv.weight"]
 
 
 def codes():
