@@ -543,6 +543,17 @@ def _pairing_finding(pr: Probe, fit: _StructureFit, evidence: dict[str, Any],
         return _fail("rope.partial_rotary_mismatch",
                      f"The candidate rotates {rot_dim} of {pr.head_dim} head dims, the reference "
                      f"{pr.rotary_dim_ref}.", evidence, where)
+    if fit.st.rotary_dim != pr.rotary_dim_ref and fit.ref_residual > _TOL.get(pr.dtype, _TOL["float32"])["structure"]:
+        # as many rotating pairs, but paired across the full head: inv_freq (or the cos/sin
+        # table) zero-padded to head_dim / 2 and applied with rotate-half pairs (i, i + head_dim/2)
+        evidence.update({"candidate_pairing_span": fit.st.rotary_dim, "reference_pairing_span": pr.rotary_dim_ref,
+                         "padding": "rotary table zero-padded to the full head dim (identity pairs)"})
+        return _fail("rope.partial_rotary_mismatch",
+                     f"The candidate rotates {rot_dim} of {pr.head_dim} head dims like the reference, but "
+                     f"pairs them across {fit.st.rotary_dim} dims ({fit.st.describe()}) where the reference "
+                     f"pairs across {pr.rotary_dim_ref}: partial rotary done by zero-padding the rotary table "
+                     f"to the full head dim (residual {fit.ref_residual:.3g} under the reference's pairing).",
+                     evidence, where)
     return None
 
 
