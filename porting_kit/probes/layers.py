@@ -444,10 +444,14 @@ def _beyond_noise(spec, pair: LoadedPair, stats: list[PairStat], outs: dict, got
     from porting_kit.probes.noise import NOISE_FACTOR, measure_floor, op_floor, within_noise
     from porting_kit.probes.tolerance import dtype_name
 
-    keys = {s.pair.reference.key for s in stats}
-    floor = measure_floor(pair.reference, pair.inputs, lambda m, x: _run(spec, "reference", m, x), keys, got_r)
     ref_p = next(iter(pair.reference.parameters()), None)
     dtype = dtype_name(ref_p.dtype) if ref_p is not None else "float32"
+    if dtype not in ("float32", "float64"):
+        # bf16 / fp16 compare tensor-level with a bound measured on clean pairs already; their
+        # own rounding (~1e-2) times NOISE_FACTOR would hide a missing q/k permutation (7e-2)
+        return list(stats)
+    keys = {s.pair.reference.key for s in stats}
+    floor = measure_floor(pair.reference, pair.inputs, lambda m, x: _run(spec, "reference", m, x), keys, got_r)
     kept = []
     for s in stats:
         m = outs.get(id(s))
@@ -625,6 +629,7 @@ def get_result(ctx) -> ParityResult:
         output_metric = None
     output_noise = None
     if output_metric is not None and not output_metric.within_tolerance and not output_allowed \
+            and out_tol.elementwise \
             and not (output_metric.nonfinite_reference or output_metric.nonfinite_candidate):
         output_noise = _output_noise(spec, pair, out_r, output_metric)
     timing["compare"] = time.perf_counter() - t0

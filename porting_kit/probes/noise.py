@@ -19,7 +19,10 @@ reference itself carries to that point. A candidate whose error against the
 reference is within :data:`NOISE_FACTOR` times the floor (or, where the floor
 is not measurable, :func:`op_floor`'s ``u * sqrt(K)``) is at the noise level
 (:func:`within_noise`): the parity probe neither flags it nor blames it for
-creating an error a later module carries (:mod:`porting_kit.probes.layers`).
+creating an error a later module carries (:mod:`porting_kit.probes.layers`). This applies
+to the elementwise tolerances (float32 / float64) only: bf16 / fp16 compare tensor-level
+against a bound measured on clean pairs, and their own rounding (~1e-2) times
+``NOISE_FACTOR`` would hide real faults (a missing q/k permutation is 7e-2 in bf16).
 
 Calibration (float32, CPU, ``benchmarks/noise_floor.py``; ratio = candidate error / floor,
 the largest over the aligned modules; the output's floor in brackets):
