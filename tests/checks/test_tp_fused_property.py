@@ -36,7 +36,6 @@ def _rows_per_rank(widths, n, head, split):
         return [list(c) for c in torch.arange(total).chunk(n)]
     if split == "ranks_reversed":
         return want[::-1]
-    starts = [sum(widths[:i]) for i in range(len(widths))]
     out = []
     for r in range(n):
         rows = want[r]
@@ -48,7 +47,6 @@ def _rows_per_rank(widths, n, head, split):
         else:  # k_from_next_rank: the k shard of rank (r + 1) % n
             nxt = want[(r + 1) % n]
             out.append(q + nxt[q_w:q_w + k_w] + v)
-    del starts
     return out
 
 
