@@ -58,6 +58,8 @@ VARIANTS = {
     "decode_position": "one-token decode steps get RoPE position 0 (prefill right)",
     "decode_kv_stale": "one-token decode steps write K/V one slot early and read a cache one token short",
     "kv_swap_layer1": "conversion maps layer 1's k_proj to wv and v_proj to wk (other layers right)",
+    "rope_half_table": "candidate precomputes real cos/sin tables in the half-split layout "
+                       "(cat(freqs, freqs)) and applies them with its interleaved rotation",
 }
 VARIANT: str | None = None
 
@@ -183,7 +185,10 @@ def _plant(model) -> None:
         att = layer.attention
         att.pk_scale = 1.0 / math.sqrt(att.head_dim)
         att.pk_decode_slot_offset = 0
-        if VARIANT == "attn_scale" and i == SCALE_LAYER:
+        att.pk_half_table = VARIANT == "rope_half_table"
+        if VARIANT == "rope_half_table":
+            pass
+        elif VARIANT == "attn_scale" and i == SCALE_LAYER:
             att.pk_scale = 1.0 / att.head_dim
         elif VARIANT == "attn_scale_small" and i == SCALE_LAYER:
             att.pk_scale = 1.0003 / math.sqrt(att.head_dim)
@@ -210,7 +215,10 @@ def _attention_forward(self, x, start_pos: int, freqs_cis, mask):
     xq = xq.view(bsz, seqlen, self.n_local_heads, self.head_dim)
     xk = xk.view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
     xv = xv.view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
-    xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
+    if getattr(self, "pk_half_table", False):
+        xq, xk = _rotate_interleaved_with_half_tables(xq, xk, freqs_cis)
+    else:
+        xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
     self.cache_k = self.cache_k.to(xq)
     self.cache_v = self.cache_v.to(xq)
     slot = start_pos + (self.pk_decode_slot_offset if seqlen == 1 else 0)
@@ -225,6 +233,24 @@ def _attention_forward(self, x, start_pos: int, freqs_cis, mask):
     scores = F.softmax(scores.float(), dim=-1).type_as(xq)
     output = torch.matmul(scores, values).transpose(1, 2).contiguous().view(bsz, seqlen, -1)
     return self.wo(output)
+
+
+def _rotate_interleaved_with_half_tables(xq, xk, freqs_cis):
+    """The ``rope_half_table`` fault: cos/sin tables built in the half-split layout
+    (``cat(freqs, freqs)``, HF's cache) applied with the interleaved pair rotation.
+    xq/xk (batch, seq, heads, head_dim); freqs_cis (seq, head_dim/2) complex."""
+    import torch
+
+    ang = freqs_cis.angle().float()
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[None, :, None, :]  # (1, seq, 1, head_dim)
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[None, :, None, :]
+
+    def rot(x):
+        x = x.float()
+        pairs = torch.stack([-x[..., 1::2], x[..., 0::2]], -1).flatten(-2)  # interleaved rotate
+        return x * cos + pairs * sin
+
+    return rot(xq).type_as(xq), rot(xk).type_as(xk)
 
 
 def _transformer_forward_decode_at_zero(self, tokens, start_pos: int):

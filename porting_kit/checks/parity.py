@@ -61,10 +61,18 @@ def run(ctx: CheckContext) -> list[Finding]:
     if not findings:
         m = res.output_metric
         max_abs = m.max_abs if m is not None else None
-        findings.append(ok("parity", (f"All {len(res.stats)} compared module pairs and the output match "
-                                      f"within tolerance (output max |diff| {max_abs or 0:.3g})."),
+        msg = (f"All {len(res.stats)} compared module pairs and the output match "
+               f"within tolerance (output max |diff| {max_abs or 0:.3g}).")
+        if res.output_within_noise:
+            n = res.output_noise
+            msg = (f"All {len(res.stats)} compared module pairs match within tolerance; the output "
+                   f"(max |diff| {max_abs or 0:.3g}, ||a-b||/||b|| {m.rel_err:.3g}) exceeds the elementwise "
+                   f"tolerance only by rounding noise: the reference's own {dtype_name(res.tolerance.dtype)} "
+                   f"error against float64 is {n['noise_floor_rel']:.3g} (bound {n['noise_bound_rel']:.3g}).")
+        findings.append(ok("parity", msg,
                            {**common, "output_max_abs": max_abs,
-                            "output_rel_err": m.rel_err if m is not None else None}))
+                            "output_rel_err": m.rel_err if m is not None else None,
+                            **(res.output_noise or {})}))
     return findings
 
 
@@ -194,7 +202,8 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
                  "metric": metric,
                  "order": next((i for i, p in enumerate(res.alignment.pairs)
                                 if p.reference.key == fd.pair.reference.key), -1)}
-    elif res.output_metric is not None and not res.output_metric.within_tolerance and not res.output_allowed:
+    elif res.output_metric is not None and not res.output_metric.within_tolerance and not res.output_allowed \
+            and not res.output_within_noise:
         m = res.output_metric
         found.append(Finding(
             "parity", "parity.first_divergence", "fail",

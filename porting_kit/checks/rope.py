@@ -72,6 +72,7 @@ from porting_kit.probes.rotary import (
     fit_base,
     fit_frequencies,
     garbage_reason,
+    layout_permutation,
     measure_rotation,
     mixed_layout_residuals,
     padded_table,
@@ -292,18 +293,32 @@ def _mixed_layout(pr: Probe, tol: dict[str, float], where: Where, reason: str) -
     rq = mixed_layout_residuals(pr.q_pre, pr.q_post, pr.theta_ref, pr.scale_ref)
     rk = mixed_layout_residuals(pr.k_pre, pr.k_post, pr.theta_ref, pr.scale_ref)
     res = {k: max(rq[k], rk[k]) for k in rq}
+    head_dim = pr.q_pre.shape[-1]
+    if head_dim == 2 * pr.theta_ref.shape[-1] and head_dim % 2 == 0:
+        # the candidate's dims in interleaved order through the conversion's q/k permutation
+        # (a Meta-style interleaved model whose port builds HF-layout tables)
+        perm = layout_permutation(head_dim).to(pr.q_pre.device)
+        pq = mixed_layout_residuals(pr.q_pre[..., perm], pr.q_post, pr.theta_ref, pr.scale_ref)
+        pk = mixed_layout_residuals(pr.k_pre[..., perm], pr.k_post, pr.theta_ref, pr.scale_ref)
+        res.update({f"{k}{_THROUGH}": max(pq[k], pk[k]) for k in pq})
     best = min(res, key=lambda k: res[k])
     if res[best] > tol["structure"]:
         return None
+    hypothesis, through = best.removesuffix(_THROUGH), best.endswith(_THROUGH)
     table, rotation = (("half-split (cat(f, f), HF cache)", "interleaved pairs")
-                       if best == "half_table_interleaved_rotation"
+                       if hypothesis == "half_table_interleaved_rotation"
                        else ("interleaved (repeat_interleave(f, 2))", "rotate-half"))
-    ev = {"hypothesis": best, "cos_sin_layout": table.split(" ")[0], "rotation_layout": rotation,
+    ev = {"hypothesis": hypothesis, "cos_sin_layout": table.split(" ")[0], "rotation_layout": rotation,
           "hypothesis_residual": res[best], "probe_site_candidate": pr.cand_site,
+          "through_qk_permutation": through,
           "reference_layout": HALF, **{f"residual_{k}": v for k, v in res.items()}}
+    via = " (its q/k rows in the interleaved order of the conversion's q/k permutation)" if through else ""
     return _fail("rope.layout_mismatch",
-                 f"The candidate builds cos/sin in the {table} layout but rotates {rotation}: that "
+                 f"The candidate builds cos/sin in the {table} layout but rotates {rotation}{via}: that "
                  f"mix reproduces its q/k (relative residual {res[best]:.2g}); {reason}.", ev, where)
+
+
+_THROUGH = "_through_permutation"
 
 
 def _with_divergence(f: Finding, ctx: CheckContext) -> Finding:
@@ -528,6 +543,17 @@ def _pairing_finding(pr: Probe, fit: _StructureFit, evidence: dict[str, Any],
         return _fail("rope.partial_rotary_mismatch",
                      f"The candidate rotates {rot_dim} of {pr.head_dim} head dims, the reference "
                      f"{pr.rotary_dim_ref}.", evidence, where)
+    if fit.st.rotary_dim != pr.rotary_dim_ref and fit.ref_residual > _TOL.get(pr.dtype, _TOL["float32"])["structure"]:
+        # as many rotating pairs, but paired across the full head: inv_freq (or the cos/sin
+        # table) zero-padded to head_dim / 2 and applied with rotate-half pairs (i, i + head_dim/2)
+        evidence.update({"candidate_pairing_span": fit.st.rotary_dim, "reference_pairing_span": pr.rotary_dim_ref,
+                         "padding": "rotary table zero-padded to the full head dim (identity pairs)"})
+        return _fail("rope.partial_rotary_mismatch",
+                     f"The candidate rotates {rot_dim} of {pr.head_dim} head dims like the reference, but "
+                     f"pairs them across {fit.st.rotary_dim} dims ({fit.st.describe()}) where the reference "
+                     f"pairs across {pr.rotary_dim_ref}: partial rotary done by zero-padding the rotary table "
+                     f"to the full head dim (residual {fit.ref_residual:.3g} under the reference's pairing).",
+                     evidence, where)
     return None
 
 

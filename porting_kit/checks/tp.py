@@ -17,6 +17,12 @@ Codes
     in the wrong order. For a vocabulary-parallel embedding (``shards_of: weight``): the
     output equals the reference looked up with the weight's vocabulary shards permuted
     (a rank masks its own id range but holds another rank's rows: a wrong offset).
+    For a fused projection (``qkv_proj`` holding ``q_proj|k_proj|v_proj``; unaligned, so the
+    first differing module is the attention's ``o_proj``): its ranks hold other reference rows
+    than their own heads of each part (a ``chunk(N)[rank]`` of the whole fused ``[Q|K|V]``
+    weight puts all of Q on rank 0); evidence ``rank_sources`` (the rows each rank holds, e.g.
+    ``rank 0: q_proj[0:64]; rank 1: k_proj[0:16], v_proj[0:16]``), ``expected_sources``,
+    ``shards_of: fused_weight``; the finding is placed at the fused module.
 ``tp.reduce``
     A row-parallel (all-reduced) output is off by ``N - 1`` extra copies of the layer's
     bias (the bias added on every rank before the all-reduce), by a factor of N (or
@@ -90,7 +96,7 @@ def run(ctx) -> list[Finding]:
     common = {"world_size": n, "backend": res.backend, "compared_modules": len(res.stats),
               "aligned_modules": len(res.alignment.pairs), "tolerance": res.tolerance.describe()}
     findings = _unset(res, common)
-    fault = _located(res, common) or _shape(res, common) or _output(res, common)
+    fault = _fused(res, common) or _located(res, common) or _shape(res, common) or _output(res, common)
     if fault is not None:
         return findings + [fault]
     if findings:
@@ -156,6 +162,24 @@ def _diagnosis(h, ref_mod: str, cand_mod: str, common: dict, metric_ev: dict) ->
                    f"{cand_mod}'s gathered output differs from {ref_mod}'s and no tensor-parallel "
                    "hypothesis (shard order, reduction, gather axis) explains it.",
                    ev, where, _HINTS["tp.unexplained"])
+
+
+def _fused(res, common: dict) -> Finding | None:
+    """A fused projection whose ranks hold other reference rows than their own shard of each part."""
+    f = getattr(res, "fused", None)
+    if f is None:
+        return None
+    parts = "|".join(name for name, _ in f.parts)
+    held = "; ".join(f"rank {r}: {src}" for r, src in enumerate(f.sources))
+    want = "; ".join(f"rank {r}: {src}" for r, src in enumerate(f.expected))
+    return Finding(P, "tp.shard_order", "fail",
+                   f"{f.candidate_module} fuses [{parts}] but its ranks hold the wrong rows ({held}); "
+                   f"each rank must hold its own heads of every part ({want}): the fused weight was "
+                   "split as one tensor (a plain chunk over ranks) instead of per part.",
+                   {**common, "candidate_module": f.candidate_module, "reference_modules": parts,
+                    "rank_sources": held, "expected_sources": want, "axis": 0, "shards_of": "fused_weight"},
+                   Where(reference=f.parts[0][0].rsplit(".", 1)[0], candidate=f.candidate_module),
+                   _HINTS["tp.shard_order"])
 
 
 def _located(res, common: dict) -> Finding | None:

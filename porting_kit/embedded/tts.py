@@ -93,6 +93,8 @@ VARIANTS = {
                       "not the vocabulary axis",
     "tp_vocab_offset": "sharded port (--tp N): the vocabulary-parallel embedding masks its own id "
                        "range but loads the rows of rank N-1-r",
+    "tp_qkv_plain_chunk": "sharded port (--tp N): the fused [Q|K|V] weight is split with a plain "
+                          "chunk(N)[rank] (rank 0 holds all of Q) instead of each part's heads",
     "decode_position": "port's decode steps give the new token position 0 (prefill right)",
     "decode_kv_stale": "port's one-token step drops the last cached token before attending",
 }
@@ -133,6 +135,7 @@ TP_OPTIONS: dict[str, dict[str, Any]] = {
     "tp_row_bias": {"row_bias_every_rank": True},
     "tp_gather_axis": {"gather_dim": 1},
     "tp_vocab_offset": {"reverse_embed_shards": True},
+    "tp_qkv_plain_chunk": {"qkv_plain_chunk": True},
 }
 
 #: Sequence length of the example input (tokens); RoPE faults grow with position.

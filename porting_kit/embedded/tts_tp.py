@@ -51,12 +51,17 @@ class TPOptions:
     reverse_embed_shards : bool, default False
         The vocabulary-parallel embedding loads the rows of rank ``N - 1 - r`` while it
         masks its own id range (a wrong vocabulary offset).
+    qkv_plain_chunk : bool, default False
+        The loader fuses the full ``q_proj``/``k_proj``/``v_proj`` weights into one
+        ``[Q|K|V]`` tensor and keeps ``chunk(N)[rank]`` of it (rank 0 holds all of Q at
+        TP 2 with 4 heads and 2 kv heads) instead of each part's shard.
     """
 
     reverse_vocab_shards: bool = False
     row_bias_every_rank: bool = False
     gather_dim: int = -1
     reverse_embed_shards: bool = False
+    qkv_plain_chunk: bool = False
 
 
 class TPAttention(nn.Module):
@@ -231,6 +236,7 @@ class TinyTTSPortTP(nn.Module):
         """
         params = dict(self.named_parameters())
         loaded: set[str] = set()
+        fused: dict[str, dict] = {}  # qkv_plain_chunk: param -> {"q"|"k"|"v": full tensor}
         for ref_name, tensor in weights:
             name = self._port_name(ref_name)
             shard_id = None
@@ -242,6 +248,14 @@ class TinyTTSPortTP(nn.Module):
                 continue
             module = self.get_submodule(name.rsplit(".", 1)[0])
             loader = getattr(module, "weight_loader", None)
+            if self.options.qkv_plain_chunk and shard_id in ("q", "k", "v"):
+                got = fused.setdefault(name, {})
+                got[shard_id] = tensor
+                if len(got) == 3:  # the fault: one chunk of the whole fused tensor per rank
+                    whole = torch.cat([got["q"], got["k"], got["v"]], dim=0)
+                    tp.copy_weight(params[name].data, whole.chunk(module.tp_size, 0)[module.shard_rank()])
+                loaded.add(name)
+                continue
             if shard_id is not None:
                 loader(params[name], tensor, shard_id)
             elif loader is not None:

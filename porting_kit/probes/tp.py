@@ -224,6 +224,7 @@ class TPResult:
     unset: dict[int, list[str]]
     tolerance: Tolerance
     timing: dict = field(default_factory=dict)
+    fused: FusedShard | None = None
 
 
 # --------------------------------------------------------------------------- ranks
@@ -619,6 +620,140 @@ def regather_axes(ref, cand, n: int, thr: float) -> tuple[int, int] | None:
     return None
 
 
+@dataclass
+class FusedShard:
+    """Which reference rows each rank of a fused projection holds (``tp.shard_order`` at it).
+
+    Attributes
+    ----------
+    candidate_module : str
+        The fused candidate module (``qkv_proj``, ``gate_up_proj``).
+    parts : list of (str, int)
+        The reference modules fused, in the fused order, with their output widths.
+    sources : list of str
+        Per rank, the reference rows its output holds (``"q_proj[0:64], k_proj[0:16]"``).
+    expected : list of str
+        Per rank, the rows it should hold (its heads of each part).
+    """
+
+    candidate_module: str
+    parts: list
+    sources: list
+    expected: list
+
+
+def _segments(cols: list[int], parts: list[tuple[str, int]]) -> str:
+    """``[0, 1, 2, 64, 65]`` over parts ``[("q", 64), ("k", 16)]`` -> ``"q[0:3], k[0:2]"``."""
+    starts, acc = [], 0
+    for _, width in parts:
+        starts.append(acc)
+        acc += width
+    out: list[list] = []  # [part index, start, stop]
+    for c in cols:
+        p = max(i for i, s0 in enumerate(starts) if s0 <= c)
+        local = c - starts[p]
+        if out and out[-1][0] == p and out[-1][2] == local:
+            out[-1][2] += 1
+        else:
+            out.append([p, local, local + 1])
+    return ", ".join(f"{parts[p][0]}[{a}:{b}]" for p, a, b in out)
+
+
+def fused_rank_sources(parts: list, rank_outputs: list, thr: float) -> list[list[int]] | None:
+    """The fused-reference column each column of each rank's output equals.
+
+    Parameters
+    ----------
+    parts : list of torch.Tensor [shape=(..., d_i)]
+        The reference outputs of the fused projections (``q_proj``, ``k_proj``, ``v_proj``).
+    rank_outputs : list of torch.Tensor [shape=(..., m)]
+        Each rank's own output of the fused candidate module, same leading shape.
+    thr : float
+        Relative error under which two columns are equal.
+
+    Returns
+    -------
+    list of list of int or None
+        Per rank, the column of ``cat(parts, -1)`` each of its columns equals; ``None`` when some
+        column equals none (not a sharding of these parts).
+    """
+    import torch
+
+    full = torch.cat([p.double() for p in parts], dim=-1)
+    ref_cols = full.reshape(-1, full.shape[-1]).T  # (F, T)
+    norms = ref_cols.norm(dim=1)
+    out = []
+    for r in rank_outputs:
+        if r is None or tuple(r.shape[:-1]) != tuple(full.shape[:-1]):
+            return None
+        cand_cols = r.double().reshape(-1, r.shape[-1]).T  # (m, T)
+        dist = torch.cdist(cand_cols, ref_cols)  # (m, F)
+        best = dist.argmin(dim=1)
+        err = dist.gather(1, best[:, None])[:, 0]
+        if bool((err > thr * norms[best].clamp_min(1e-12)).any()):
+            return None
+        out.append(best.tolist())
+    return out
+
+
+def expected_rank_sources(widths: list[int], n: int, head_size: int | None = None) -> list[list[int]] | None:
+    """The columns of ``cat(parts)`` rank ``r`` of ``n`` holds in a correct fused shard: its slice
+    of each part, in the fused order (vLLM's QKV / merged column layout). A part narrower than
+    ``n`` heads (kv heads < tp size: replicated) holds head ``r * heads // n``; ``None`` when a
+    width is not divisible by the shard size."""
+    out = []
+    for r in range(n):
+        cols, base = [], 0
+        for w in widths:
+            if w % n == 0 and (head_size is None or (w // head_size) % n == 0 or w // head_size >= n):
+                size = w // n
+                cols += range(base + r * size, base + (r + 1) * size)
+            elif head_size and w % head_size == 0 and w // head_size < n:
+                h = r * (w // head_size) // n
+                cols += range(base + h * head_size, base + (h + 1) * head_size)
+            else:
+                return None
+            base += w
+        out.append(cols)
+    return out
+
+
+def fused_shard_fault(name: str, parts: list[tuple[str, Any]], rank_outputs: list, n: int, thr: float,
+                      head_size: int | None = None) -> FusedShard | None:
+    """A fused projection whose ranks hold other reference rows than their own shard of each part.
+
+    Parameters
+    ----------
+    name : str
+        The candidate module.
+    parts : list of (str, torch.Tensor)
+        Reference module name and full output, in the fused order.
+    rank_outputs : list of torch.Tensor
+        Each rank's output of the fused module.
+    n : int
+    thr : float
+    head_size : int, optional
+        For parts with fewer heads than ranks (replicated kv heads).
+
+    Returns
+    -------
+    FusedShard or None
+        ``None`` when the ranks hold exactly their shards, or the outputs are not a
+        sharding of these parts at all.
+    """
+    found = fused_rank_sources([t for _, t in parts], rank_outputs, thr)
+    widths = [int(t.shape[-1]) for _, t in parts]
+    want = expected_rank_sources(widths, n, head_size)
+    if found is None or want is None or found == want:
+        return None
+    short = [pname.rsplit(".", 1)[-1] for pname, _ in parts]
+    names = short if len(set(short)) == len(short) else [pname for pname, _ in parts]
+    labels = list(zip(names, widths))
+    return FusedShard(candidate_module=name, parts=labels,
+                      sources=[_segments(c, labels) for c in found],
+                      expected=[_segments(c, labels) for c in want])
+
+
 def reduce_hypothesis(ref, cand, ranks: list, bias, n: int, thr: float) -> tuple[str, float] | None:
     """Which reduction fault turns ``ref`` into ``cand``, with its fit.
 
@@ -818,9 +953,13 @@ def measure(ctx, world_size: int, timeout_s: float | None = None) -> TPResult:
     tol = tolerance_for(ref_param.dtype if ref_param is not None else "float32", spec.get("tolerances"))
     thr = _hyp_threshold(tol)
     calls = _gather_all(ranks, {r.out.shape for r in rrec if r.out is not None})
-    alignment = _align(spec, rrec, calls, ref_sd, ranks)
+    alignment, weight_map = _align(spec, rrec, calls, ref_sd, ranks)
     stats = screen_pairs(alignment.pairs, tol)
     first, metric, hyp = _verify(spec, reference, inputs, stats, calls, tol, world_size, thr)
+    fused = None
+    if first is not None and (hyp is None or not hyp.explained):
+        # an unaligned fused projection (qkv_proj) before it may hold other ranks' rows
+        fused = _fused_fault(spec, reference, inputs, alignment, calls, weight_map, world_size, thr)
     shape_pair = _first_shape_fault(spec, reference, inputs, alignment, calls, world_size, thr)
     out_c, out_ref = ranks[0]["output"], out_r.detach().cpu()
     out_metric, out_hyp = None, None
@@ -835,7 +974,7 @@ def measure(ctx, world_size: int, timeout_s: float | None = None) -> TPResult:
                       output_metric=out_metric, output_hypotheses=out_hyp,
                       ranks_agree=_all_equal([d["output"] for d in ranks]),
                       unset={r: d["unset"] for r, d in enumerate(ranks) if d["unset"]},
-                      tolerance=tol, timing=timing)
+                      tolerance=tol, timing=timing, fused=fused)
     ctx.state["tp"] = result
     return result
 
@@ -864,7 +1003,44 @@ def _align(spec, rrec, calls: dict[str, GatheredCall], ref_sd: dict, ranks: list
     crec = summarize_calls([(c.key, c.name, c.type, c.depth, c.tensor) for c in calls.values()])
     union = {k: torch.cat([d["state"][k].reshape(-1) for d in ranks]) for k in ranks[0]["state"]}
     weights = trace_weights(spec, ref_sd, union)
-    return align(rrec, crec, module_map=spec.get("module_map"), weight_map=weights.weight_map)
+    return align(rrec, crec, module_map=spec.get("module_map"), weight_map=weights.weight_map), weights.weight_map
+
+
+def _fused_fault(spec, reference, inputs, alignment, calls, weight_map, n: int, thr: float) -> FusedShard | None:
+    """The first unaligned fused candidate projection (its weight holds the rows of several
+    reference projections: ``qkv_proj`` <- ``q_proj``, ``k_proj``, ``v_proj``) whose ranks hold
+    other rows than their own shard of each (:func:`fused_shard_fault`); one reference re-run
+    captures the parts' full outputs."""
+    from porting_kit.load import run_side
+
+    aligned = {p.candidate.key for p in alignment.pairs}
+    fused = []
+    for key, call in calls.items():
+        if key in aligned or len(call.ranks) != n or any(r is None for r in call.ranks):
+            continue
+        mods = list(dict.fromkeys(r.rsplit(".", 1)[0] for r in weight_map.get(f"{call.name}.weight", [])
+                                  if r.endswith(".weight")))
+        if len(mods) >= 2:
+            fused.append((call, mods))
+    if not fused:
+        return None
+    with capture_full(reference, {m for _, mods in fused for m in mods}) as got:
+        run_side(spec, "reference", reference, inputs)
+    for call, mods in fused:
+        outs = [got.get(m, (None, None))[1] for m in mods]
+        if any(o is None or not o.is_floating_point() for o in outs):
+            continue
+        parent = mods[0].rsplit(".", 1)[0] if "." in mods[0] else ""
+        try:
+            head_size = getattr(reference.get_submodule(parent), "head_dim", None)
+        except AttributeError:
+            head_size = None
+        f = fused_shard_fault(call.name, [(m, o.detach().cpu().float()) for m, o in zip(mods, outs)],
+                              [r.float() for r in call.ranks], n, thr,
+                              head_size if isinstance(head_size, int) else None)
+        if f is not None:
+            return f
+    return None
 
 
 def _full_reference(spec, reference, inputs, key: str, with_input: bool = False):

@@ -123,6 +123,16 @@ def test_llama_missing_permutation_is_layout():
     assert f.where.candidate == "layers.0.attention"
 
 
+def test_llama_half_split_tables_on_the_interleaved_model_are_layout_mismatch():
+    """The field class: an interleaved-rotation (Meta) model whose port precomputes HF-layout
+    cos/sin tables; its q/k rows are in the interleaved order of the conversion's permutation."""
+    f = rope(_llama("rope_half_table"))
+    assert (f.code, f.status) == ("rope.layout_mismatch", "fail")
+    assert f.evidence["hypothesis"] == "half_table_interleaved_rotation"
+    assert f.evidence["through_qk_permutation"] is True
+    assert f.evidence["hypothesis_residual"] < 1e-5
+
+
 def test_llama_theta():
     f = rope(_llama("theta"))
     assert f.code == "rope.theta_mismatch"

@@ -128,6 +128,11 @@ def test_clean_sharded_port_passes_at_tp_2_on_the_command_line(tmp_path, capsys)
     ("tp_vocab_offset", "tp.shard_order",
      {"permutation": "1,0", "shards_of": "weight", "candidate_module": "talker.embed_tokens",
       "reference_module": "lm.model.embed_tokens"}),
+    ("tp_qkv_plain_chunk", "tp.shard_order",
+     {"candidate_module": "talker.layers.0.attn.qkv_proj", "shards_of": "fused_weight",
+      "rank_sources": "rank 0: q_proj[0:64]; rank 1: k_proj[0:32], v_proj[0:32]",
+      "expected_sources": "rank 0: q_proj[0:32], k_proj[0:16], v_proj[0:16]; "
+                          "rank 1: q_proj[32:64], k_proj[16:32], v_proj[16:32]"}),
     ("tp_gather_axis", "tp.gather_axis",
      {"gathered_axis": -2, "expected_axis": -1, "candidate_shape": "(1, 128, 514)",
       "reference_shape": "(1, 64, 1028)"}),
