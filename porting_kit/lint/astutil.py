@@ -144,3 +144,52 @@ def names_in(node: ast.AST) -> set[str]:
         elif cls is ast.Constant and isinstance(sub.value, str):
             out.add(sub.value)
     return out
+
+
+def code_words(node: ast.AST) -> str:
+    """The words the code of ``node`` is made of, lower-cased and space-joined: identifiers,
+    attribute / argument / keyword / definition / import names, and string constants that are
+    identifiers themselves (``info["audio_lengths"]``, ``getattr(c, "rope_parameters")``).
+
+    Rules test these instead of the source text, so a comment, a docstring or a message string
+    never decides a finding (``# see rope_parameters`` reads nothing).
+
+    Parameters
+    ----------
+    node : ast.AST
+        A module, class, function or expression; walked entirely.
+
+    Returns
+    -------
+    str
+        ``" ".join`` of the words in walk order (duplicates kept; callers test substrings).
+    """
+    out: list[str] = []
+    stack = [node]
+    while stack:
+        sub = stack.pop()
+        cls = sub.__class__
+        if cls is ast.Expr and sub.value.__class__ is ast.Constant:
+            continue  # a docstring or a bare string: prose, not code
+        if cls is ast.Name:
+            out.append(sub.id)
+        elif cls is ast.Attribute:
+            out.append(sub.attr)
+        elif cls is ast.Constant:
+            if isinstance(sub.value, str) and sub.value.isidentifier():
+                out.append(sub.value)
+            continue
+        elif cls in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            out.append(sub.name)
+        elif cls is ast.arg:
+            out.append(sub.arg)
+        elif cls is ast.keyword and sub.arg:
+            out.append(sub.arg)
+        elif cls is ast.alias:
+            out.append(sub.name.replace(".", " "))
+            if sub.asname:
+                out.append(sub.asname)
+        elif cls in (ast.ImportFrom,) and sub.module:
+            out.append(sub.module.replace(".", " "))
+        stack.extend(ast.iter_child_nodes(sub))
+    return " ".join(out).lower()

@@ -29,6 +29,7 @@ from porting_kit.lint import (
     test_markers,
     truthiness,
 )
+from porting_kit.lint.astutil import code_words, dotted
 from porting_kit.lint.finding import LintFinding, apply_noqa
 
 _HOST_SIDE_PREFIXES = ("tokenization_", "processing_", "feature_extraction_", "image_processing_",
@@ -200,7 +201,8 @@ class Linter:
         Reported in the findings; decides model code vs test file
         (:func:`is_model_path`, :func:`porting_kit.lint.test_markers.is_test_path`).
     text : str
-        The file's source (read for the meta-device hint and ``torch`` use).
+        The file's source (kept for ``# noqa``; the rules read ``tree`` only: comments,
+        docstrings and message strings never decide a finding, :meth:`words_of`).
     tree : ast.Module
         ``ast.parse(text)``.
     enabled : frozenset of str
@@ -225,9 +227,8 @@ class Linter:
         self._seen: set[tuple] = set()
         self.model_code = is_model_path(path)
         self.is_test = test_markers.is_test_path(path)
-        self.imports_torch = "torch" in text
         self._meta_hint: bool | None = None
-        self._lines: list[str] | None = None
+        self._words: dict[int, str] = {}
         self._file_has: dict = {}
         self.marks = test_markers.MarkState() if self.is_test else None
         self.build_stack: list = []
@@ -281,16 +282,51 @@ class Linter:
         self._seen.add(key)
         self.findings.append(LintFinding(self.path, line, col, code, message, file_level))
 
+    @property
+    def imports_torch(self) -> bool:
+        """Whether the file's code names ``torch`` (an import or a use; comments do not count)."""
+        return self.file_has(("torch",))
+
     def meta_hint(self) -> bool:
-        """Whether this file builds models the transformers way (meta device / remote code)."""
+        """Whether this file builds models the transformers way (meta device / remote code): a class
+        deriving from ``*PreTrainedModel``, a use of ``init_empty_weights`` or the ``"meta"`` device."""
         if self._meta_hint is None:
-            t = self.text
-            self._meta_hint = "PreTrainedModel):" in t or any(
-                s in t for s in ("init_empty_weights", '"meta"', "'meta'"))
+            hint = False
+            for node in ast.walk(self.tree):
+                cls = node.__class__
+                if cls is ast.ClassDef:
+                    hint = any(dotted(b).endswith("PreTrainedModel") for b in node.bases)
+                elif cls is ast.Name or cls is ast.Attribute:
+                    hint = (node.id if cls is ast.Name else node.attr) == "init_empty_weights"
+                elif cls is ast.Constant:
+                    hint = node.value == "meta"
+                if hint:
+                    break
+            self._meta_hint = hint
         return self._meta_hint
 
+    def words_of(self, node: ast.AST) -> str:
+        """The lower-cased code words of ``node`` (:func:`porting_kit.lint.astutil.code_words`), cached.
+
+        Parameters
+        ----------
+        node : ast.AST
+            A function, class or the module.
+
+        Returns
+        -------
+        str
+            Identifiers and identifier-like string constants, space-joined; never comments,
+            docstrings or message strings.
+        """
+        words = self._words.get(id(node))
+        if words is None:
+            words = self._words[id(node)] = code_words(node)
+        return words
+
     def file_has(self, words: tuple[str, ...]) -> bool:
-        """Whether the file's lower-cased text contains any of ``words``; cached per tuple.
+        """Whether the file's code words (:meth:`words_of` the module) contain any of ``words``;
+        cached per tuple.
 
         Parameters
         ----------
@@ -303,28 +339,9 @@ class Linter:
         """
         hit = self._file_has.get(words)
         if hit is None:
-            lower = self._file_has.get("")
-            if lower is None:
-                lower = self._file_has[""] = self.text.lower()
+            lower = self.words_of(self.tree)
             hit = self._file_has[words] = any(w in lower for w in words)
         return hit
-
-    def source_of(self, node: ast.AST) -> str:
-        """The source lines of ``node`` (a function or statement), comments included.
-
-        Parameters
-        ----------
-        node : ast.AST
-            Any node with ``lineno`` / ``end_lineno``.
-
-        Returns
-        -------
-        str
-            Its whole lines joined with newlines.
-        """
-        if self._lines is None:
-            self._lines = self.text.splitlines()
-        return "\n".join(self._lines[node.lineno - 1:getattr(node, "end_lineno", None) or node.lineno])
 
     # ---- traversal -------------------------------------------------------
     def run(self) -> list[LintFinding]:
