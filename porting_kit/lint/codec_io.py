@@ -13,8 +13,8 @@ again: its code (names and keys; not comments or docstrings) mentions no length,
 
 PK404 (warn): a streaming trim computed as context frames x samples per frame
 (``wav[..., left_context * hop_length:]``, ``trim = context_frames * upsample``
-then ``pcm[trim:]``) in a file whose code (names, keys and flags; comments and
-docstrings do not count) never mentions the decoder's own latency
+then ``pcm[trim:]``) in a file whose code (names, keys and flags) and docstrings
+(a declaration the AST holds; comments do not count) never mention the decoder's own latency
 (``latency``, ``lookahead``, ``delay``, ``right_context``, ``holdback``,
 ``future``) nor says the decoder is ``causal``. The trim is exact for a causal
 decoder only; a decoder that looks ahead (non-causal convolutions or attention,
@@ -224,7 +224,7 @@ def on_function(lin, func: ast.AST) -> None:
     """
     special = "PK403" in lin.enabled and lin.file_has(_CODEC_WORDS)
     trims = "PK404" in lin.enabled and lin.file_has(_CONTEXT_WORDS) and lin.file_has(_PER_FRAME_WORDS) \
-        and not lin.file_has(_LATENCY_WORDS)
+        and not lin.file_has(_LATENCY_WORDS) and not lin.docstrings_have(_LATENCY_WORDS)
     if not (special or trims):
         return  # most files: decided by cached substring tests of the file's code words
     words = lin.words_of(func)

@@ -324,6 +324,21 @@ class Linter:
             words = self._words[id(node)] = code_words(node)
         return words
 
+    def docstrings_have(self, words: tuple[str, ...]) -> bool:
+        """Whether a docstring of the file (module, class or function; AST nodes, unlike comments)
+        contains any of the lower-case ``words``: where a rule lets the author *declare* a fact
+        (PK404: the decoder is causal), never where it needs the code to do something."""
+        key = ("<doc>", *words)
+        hit = self._file_has.get(key)
+        if hit is None:
+            docs = self._file_has.get("<doc>")
+            if docs is None:
+                docs = self._file_has["<doc>"] = " ".join(
+                    (ast.get_docstring(n, clean=False) or "") for n in ast.walk(self.tree)
+                    if n.__class__ in (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)).lower()
+            hit = self._file_has[key] = any(w in docs for w in words)
+        return hit
+
     def file_has(self, words: tuple[str, ...]) -> bool:
         """Whether the file's code words (:meth:`words_of` the module) contain any of ``words``;
         cached per tuple.

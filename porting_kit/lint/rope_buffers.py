@@ -81,9 +81,10 @@ _MOVED_KEYS = ("rope_theta", "rope_scaling")
 
 def _reads_rope_parameters(lin) -> bool:
     """Whether the file's code reads ``rope_parameters`` (``config.rope_parameters``,
-    ``getattr(config, "rope_parameters", None)``, ``cfg["rope_parameters"]``); a comment,
+    ``getattr(config, "rope_parameters", None)``, ``cfg["rope_parameters"]``) or takes part in
+    transformers 5's rope-parameters API (``compute_default_rope_parameters``); a comment,
     docstring or message naming it reads nothing."""
-    return "rope_parameters" in lin.words_of(lin.tree).split()
+    return lin.file_has(("rope_parameters",))
 
 
 def _moved_key_fallback(lin, node: ast.Call) -> None:
