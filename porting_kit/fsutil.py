@@ -1,4 +1,5 @@
-"""File writes that never lose a user's file: atomic replace, numbered backups."""
+"""File writes that never lose a user's file: atomic replace, numbered backups; input reads
+that never hang or run away (:func:`read_input_text`)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,54 @@ def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
             fh.write(text)
 
     atomic_write(path, write, backup=backup)
+
+
+#: Deploy YAML larger than this is refused (vLLM-Omni 0.30.0's largest is 6.7 KB; YAML parsing
+#: costs ~20 s of CPU per MB, so a 2.3 MB file would take a minute).
+MAX_DEPLOY_YAML_BYTES = 512 * 1024
+#: Any other text input (pipeline.py, a manifest, a config) larger than this is refused.
+MAX_INPUT_TEXT_BYTES = 8 * 1024 * 1024
+
+
+def read_input_text(path: Path | str, *, max_bytes: int = MAX_INPUT_TEXT_BYTES, what: str = "file") -> str:
+    """The UTF-8 text of an input file, refusing what would hang or run away.
+
+    Parameters
+    ----------
+    path : Path or str
+        The file (a symbolic link is followed: reading through it changes nothing).
+    max_bytes : int, default :data:`MAX_INPUT_TEXT_BYTES`
+        Larger files are refused (:data:`MAX_DEPLOY_YAML_BYTES` for deploy YAML).
+    what : str, default "file"
+        Named in the refusal (``"deploy YAML"``).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    InputError
+        Something other than a regular file is there (a FIFO would block the read for ever, a
+        device never ends), or the file is over ``max_bytes``.
+    FileNotFoundError, OSError, UnicodeDecodeError
+        As :meth:`pathlib.Path.read_text` (callers keep their own handling).
+    """
+    p = Path(path)
+    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise InputError(f"{p}: is {kind}; porting-kit reads only regular files")
+    if st.st_size > max_bytes:
+        raise InputError(f"{p}: {st.st_size / 2**20:.1f} MiB is over the {max_bytes / 2**20:g} MiB limit for a "
+                         f"{what}; refused without reading it")
+    with open(p, "rb") as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:  # grew since the stat
+        raise InputError(f"{p}: over the {max_bytes / 2**20:g} MiB limit for a {what}; refused")
+    return data.decode("utf-8")
 
 
 #: The explicit name for standard output in ``--json -``.
