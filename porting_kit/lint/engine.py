@@ -22,6 +22,7 @@ from porting_kit.lint import (
     codec_precision,
     global_rng,
     host_sync,
+    norms,
     optional_deps,
     request_state,
     rope_buffers,
@@ -449,6 +450,7 @@ class Linter:
         if self.model_code:
             codec_io.on_function(self, node)
             request_state.on_function(self, node)
+            norms.on_function(self, node)
         truthiness.on_function_enter(self, frame, node)
         build = adapter_build.on_function_enter(self, frame, node) if self.model_code else None
         self.frame = frame
@@ -477,6 +479,7 @@ class Linter:
         self.frame = parent
         if self.model_code:
             rope_buffers.on_class_exit(self, frame)
+            norms.on_class(self, node)
 
     def _for(self, node: ast.For) -> None:
         frame = self.frame
