@@ -391,3 +391,83 @@ class WriteTransaction:
         if exc_type is not None:
             self.rollback()
         return False
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """Hard-link ``src`` at ``dst`` (same inode: free, and a later atomic replace in the copy
+    leaves the original untouched); copy when the filesystem cannot link."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False when the
+    system cannot (then the caller renames twice)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def replace_tree(root: Path, fill: Callable[[Path], None]) -> None:
+    """Give the existing folder ``root`` its next state all at once: build it in a copy beside
+    it, then swap the copy in by rename.
+
+    ``root`` is copied (hard links, so it costs no data) to a hidden sibling folder;
+    ``fill(copy)`` writes the new files there (each one by atomic replace, so the original
+    inodes stay untouched); then the two folders are exchanged in one ``renameat2`` call (two
+    renames with SIGINT held back where the system lacks it) and the old tree is removed. An
+    exception or Ctrl-C before the swap leaves ``root`` exactly as it was (the copy is
+    removed); after it, ``root`` is the complete new tree. The old tree survives until the
+    new one is complete.
+
+    Parameters
+    ----------
+    root : Path
+        An existing directory (not a link).
+    fill : callable
+        ``fill(staging_root)`` writes the new state under ``staging_root``.
+
+    Raises
+    ------
+    OSError
+        The folder beside ``root`` cannot be written.
+    """
+    import signal
+
+    root = Path(root)
+    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.pk-new-", dir=root.parent))
+    swapped = False
+    try:
+        staging.rmdir()
+        shutil.copytree(root, staging, symlinks=True, copy_function=_link_or_copy)
+        shutil.copymode(root, staging)
+        fill(staging)
+        old = None
+        try:
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread: SIGINT cannot arrive here anyway
+            pass
+        try:
+            if not _exchange(staging, root):
+                aside = staging.with_name(staging.name.replace(".pk-new-", ".pk-old-"))
+                os.rename(root, aside)
+                os.rename(staging, root)
+                os.rename(aside, staging)
+            swapped = True
+            shutil.rmtree(staging, ignore_errors=True)  # now the old tree
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+    finally:
+        if not swapped:
+            shutil.rmtree(staging, ignore_errors=True)
