@@ -248,12 +248,12 @@ def on_function(lin, func: ast.AST) -> None:
 
 def _squares_mean(func: ast.AST) -> ast.AST | None:
     """The first ``x.pow(2).mean(...)`` / ``(x * x).mean(...)`` / ``x.square().mean(...)`` /
-    ``torch.mean(x ** 2, ...)`` in ``func``."""
+    ``torch.mean(x ** 2, ...)`` (or ``.sum``, as tensor-parallel norms take it) in ``func``."""
     for node in own_nodes(func):
         if node.__class__ is not ast.Call:
             continue
         name = dotted(node.func).rpartition(".")[2]
-        if name != "mean":
+        if name not in ("mean", "sum"):  # sum: tensor-parallel norms divide the summed squares later
             continue
         if node.func.__class__ is ast.Attribute and dotted(node.func.value) not in ("torch", "np", "numpy"):
             arg = node.func.value
