@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ast
 
-from porting_kit.lint.astutil import dotted, keyword
+from porting_kit.lint.astutil import dotted, keyword, names_in
 from porting_kit.lint.codec_io import own_nodes
 
 #: Epsilon literals: positive and small (a norm's eps is 1e-12 ... 1e-3).
@@ -93,11 +93,21 @@ def _added_literal(node: ast.AST) -> ast.Constant | None:
     return None
 
 
+_STAT_WORDS = ("mean", "var", "sum", "std", "norm", "square", "pow")
+
+
 def _root_eps_literals(func: ast.AST) -> list[ast.AST]:
     """Literal epsilons the forward adds under a root (``rsqrt(v + 1e-6)``, ``(v + 1e-6).sqrt()``,
-    ``sqrt(v + 1e-6)``) or passes to a functional norm."""
+    ``sqrt(v + 1e-6)``), adds to a statistic (``var = 1e-6 + torch.mean(x ** 2)``) or passes to a
+    functional norm."""
     found = []
     for node in own_nodes(func):
+        if node.__class__ is ast.BinOp and node.op.__class__ is ast.Add:
+            lit = _added_literal(node)
+            other = node.right if lit is node.left else node.left
+            if lit is not None and any(w in name.lower() for name in names_in(other) for w in _STAT_WORDS):
+                found.append(lit)
+            continue
         if node.__class__ is not ast.Call:
             continue
         name = dotted(node.func).rpartition(".")[2]
@@ -262,9 +272,9 @@ def _squares_mean(func: ast.AST) -> ast.AST | None:
         else:
             continue
         if arg.__class__ is ast.Call and arg.func.__class__ is ast.Attribute and (
-                (arg.func.attr == "pow" and arg.args and arg.args[0].__class__ is ast.Constant
-                 and arg.args[0].value == 2) or arg.func.attr == "square"):
-            return node
+                (arg.func.attr == "pow" and arg.args and arg.args[-1].__class__ is ast.Constant
+                 and arg.args[-1].value == 2) or arg.func.attr == "square"):
+            return node  # x.pow(2), x.square(), torch.pow(x, 2), torch.square(x)
         if arg.__class__ is ast.BinOp and (
                 (arg.op.__class__ is ast.Pow and arg.right.__class__ is ast.Constant and arg.right.value == 2)
                 or (arg.op.__class__ is ast.Mult and dotted(arg.left) == dotted(arg.right) != "?")):
@@ -277,13 +287,19 @@ def _upcasts(func: ast.AST) -> bool:
     or a cast to the module's own compute dtype (``x.to(self.compute_dtype)``: a deliberate choice)."""
     for node in own_nodes(func):
         if node.__class__ is ast.Call and node.func.__class__ is ast.Attribute and node.func.attr in ("to", "type") \
-                and any(dotted(a).startswith("self.") and "dtype" in dotted(a) for a in node.args):
+                and any(_own_dtype(a) for a in node.args):
             return True
         if node.__class__ is ast.Attribute and node.attr in ("float32", "float64", "float", "double"):
             return True
         if node.__class__ is ast.Constant and node.value in ("float32", "float64"):
             return True
     return False
+
+
+def _own_dtype(node: ast.AST) -> bool:
+    """``self.dtype`` / ``self.compute_dtype``: the module's own compute dtype (not ``self.weight.dtype``)."""
+    parts = dotted(node).split(".")
+    return len(parts) == 2 and parts[0] == "self" and "dtype" in parts[1]
 
 
 def _missing_upcast(lin, func: ast.AST, owner: str) -> None:

@@ -368,5 +368,20 @@ EXPECTED_CLEAN_FINDINGS = [
 #: files' per-request code (diffusion pipelines' torch.randn latents, mostly); left out of the
 #: precision list above and reported to the lead.
 NOT_REVIEWED = ("PK502",)
-#: Recall floors below 0.9, each with the reason the rule misses what it misses.
-MIN_RECALL: dict[str, float] = {}
+#: Recall floors below 0.9, each with the reason the rule misses what it misses (measured
+#: 2026-12-04; the floors sit a little under the measured rate).
+MIN_RECALL: dict[str, float] = {
+    # Norms through F.rms_norm / fused kernels, or whose variance is built outside forward/_norm:
+    # the rule reads the x.pow(2).mean / torch.mean(x**2) / .sum idioms of the class's own methods.
+    "norm: drop an RMSNorm's fp32 upcast": 0.65,
+    # Epsilons used outside forward/_norm (a helper method or a fused call with eps=self.eps kept).
+    "norm: eps attribute -> literal": 0.85,
+    "norm: plain gain applied as (1 + w)": 0.85,
+    # Many sites are not streaming state: scheduler / prefix-cache / connector functions with a
+    # chunk argument (prefill chunks) whose .get(req_id) reads a table the request owns for its life;
+    # PK205 looks for a chunk handler of a stream (code2wav's per-chunk decode). Not a rule miss of
+    # its class, but counted as planted here.
+    "async chunk: request state popped on every chunk": 0.35,
+    # Draws in per-request code of modules the rule exempts (VAEs, depth decoders' training paths).
+    "sampling: draw without the request's generator (per-request code)": 0.75,
+}

@@ -53,6 +53,21 @@ CASES = [
             def __init__(self, shape, eps):
                 self.shape, self.eps = shape, eps
         """),
+    ("PKN101", """
+        class ScaleNorm(nn.Module):
+            def forward(self, x):
+                var = 1e-5 + torch.mean(x ** 2, dim=2, keepdim=True)
+                return x * self.alpha * torch.rsqrt(var)
+            def __init__(self, dim, eps=1e-5):
+                self.eps = eps
+        """, """
+        class ScaleNorm(nn.Module):
+            def forward(self, x):
+                var = self.eps + torch.mean(x ** 2, dim=2, keepdim=True)
+                return x * self.alpha * torch.rsqrt(var)
+            def __init__(self, dim, eps=1e-5):
+                self.eps = eps
+        """),
     ("PKN102", """
         class RMSNorm(nn.Module):
             def forward(self, x):
@@ -91,6 +106,21 @@ CASES = [
             def forward(self, hidden_states):
                 variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
                 return self.weight * (hidden_states * torch.rsqrt(variance + self.eps)).to(hidden_states.dtype)
+        """),
+    ("PKN103", """
+        class AdaRMSNorm(nn.Module):
+            def _norm(self, x):
+                var = torch.mean(torch.square(x), dim=-1, keepdim=True)
+                return x * torch.rsqrt(var + self.eps)
+            def forward(self, x):
+                return self._norm(x).to(self.weight.dtype) * self.weight
+        """, """
+        class AdaRMSNorm(nn.Module):
+            def _norm(self, x):
+                var = torch.mean(torch.square(x.float()), dim=-1, keepdim=True)
+                return x.float() * torch.rsqrt(var + self.eps)
+            def forward(self, x):
+                return self._norm(x).to(self.weight.dtype) * self.weight
         """),
     ("PKN103", """
         import torch
