@@ -92,7 +92,8 @@ RULES: dict[str, Rule] = {r.code: r for r in (
     Rule("PK404", "stream trim = context frames x samples per frame, in a file that never names the decoder's "
                   "latency or causality",
          "for a decoder that looks ahead, decode with right context and trim its latency too; if it is "
-         "causal, say so (a `causal` comment or flag) and suppress with `# noqa: PK404`", "warn"),
+         "causal, say so in code or a docstring (a `causal` flag, 'the decoder is causal'; a comment does not "
+         "count) or suppress with `# noqa: PK404`", "warn"),
     # PK5xx global RNG
     Rule("PK501", "global RNG seeded in model code",
          "draw from a per-request `torch.Generator`; if upstream needs the global RNG, save and restore "
