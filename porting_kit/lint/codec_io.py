@@ -36,6 +36,8 @@ _CONTEXT = re.compile(r"(context|ctx)", re.IGNORECASE)
 _PER_FRAME = re.compile(r"(hop|upsampl|samples_per_)", re.IGNORECASE)
 #: Lower-case words the cheap tests look for in the code words (:func:`~.astutil.code_words`; comments,
 #: docstrings and messages never count): a file or function without them is skipped.
+#: Text that any clamp / map-to-0 of codes contains (a necessary condition only; the AST decides).
+_MAP_TEXT = ("clamp", "clip", "masked_fill", "where", "=0", "= 0")
 _CODEC_WORDS = ("decode", "vocoder", "codec", "code2wav", "token2wav", "bigvgan", "hifigan", "snac", "mimi", "dac")
 _CONTEXT_WORDS = ("context", "ctx")
 _PER_FRAME_WORDS = ("hop", "upsampl", "samples_per_")
@@ -222,7 +224,7 @@ def on_function(lin, func: ast.AST) -> None:
         Model code only (the engine calls this for model files).
     func : ast.FunctionDef or ast.AsyncFunctionDef
     """
-    special = "PK403" in lin.enabled and lin.file_has(_CODEC_WORDS)
+    special = "PK403" in lin.enabled and lin.text_may_have(_MAP_TEXT) and lin.file_has(_CODEC_WORDS)
     trims = "PK404" in lin.enabled and lin.file_has(_CONTEXT_WORDS) and lin.file_has(_PER_FRAME_WORDS) \
         and not lin.file_has(_LATENCY_WORDS) and not lin.docstrings_have(_LATENCY_WORDS)
     if not (special or trims):

@@ -30,7 +30,7 @@ from porting_kit.lint import (
     test_markers,
     truthiness,
 )
-from porting_kit.lint.astutil import code_words, dotted
+from porting_kit.lint.astutil import code_words, code_words_by_scope, dotted
 from porting_kit.lint.finding import LintFinding, apply_noqa
 
 _HOST_SIDE_PREFIXES = ("tokenization_", "processing_", "feature_extraction_", "image_processing_",
@@ -320,6 +320,8 @@ class Linter:
             Identifiers and identifier-like string constants, space-joined; never comments,
             docstrings or message strings.
         """
+        if not self._words:
+            self._words = code_words_by_scope(self.tree)  # one walk for the file and every scope
         words = self._words.get(id(node))
         if words is None:
             words = self._words[id(node)] = code_words(node)
@@ -355,9 +357,19 @@ class Linter:
         """
         hit = self._file_has.get(words)
         if hit is None:
-            lower = self.words_of(self.tree)
-            hit = self._file_has[words] = any(w in lower for w in words)
+            # A word the source text lacks is not in the code either: the text only rules out
+            # (fast), the AST decides.
+            hit = self.text_may_have(words) and any(w in self.words_of(self.tree) for w in words)
+            self._file_has[words] = hit
         return hit
+
+    def text_may_have(self, words: tuple[str, ...]) -> bool:
+        """False when the lower-cased source text contains none of ``words``: then the code (a
+        part of the text) cannot either. A necessary condition only, never a finding's reason."""
+        lower = self._file_has.get("")
+        if lower is None:
+            lower = self._file_has[""] = self.text.lower()
+        return any(w in lower for w in words)
 
     # ---- traversal -------------------------------------------------------
     def run(self) -> list[LintFinding]:
