@@ -224,11 +224,15 @@ def on_function(lin, func: ast.AST) -> None:
         Model code only (the engine calls this for model files).
     func : ast.FunctionDef or ast.AsyncFunctionDef
     """
-    special = "PK403" in lin.enabled and lin.text_may_have(_MAP_TEXT) and lin.file_has(_CODEC_WORDS)
-    trims = "PK404" in lin.enabled and lin.file_has(_CONTEXT_WORDS) and lin.file_has(_PER_FRAME_WORDS) \
-        and not lin.file_has(_LATENCY_WORDS) and not lin.docstrings_have(_LATENCY_WORDS)
+    # The text only rules out (a word absent from the text is absent from the code); the AST decides.
+    special = "PK403" in lin.enabled and lin.text_of_may_have(func, _MAP_TEXT) \
+        and lin.text_of_may_have(func, _CODEC_WORDS)
+    trims = "PK404" in lin.enabled and lin.text_of_may_have(func, _CONTEXT_WORDS) \
+        and lin.text_of_may_have(func, _PER_FRAME_WORDS) and lin.file_has(_CONTEXT_WORDS) \
+        and lin.file_has(_PER_FRAME_WORDS) and not lin.file_has(_LATENCY_WORDS) \
+        and not lin.docstrings_have(_LATENCY_WORDS)
     if not (special or trims):
-        return  # most files: decided by cached substring tests of the file's code words
+        return  # most functions: ruled out by cheap substring tests
     words = lin.words_of(func)
     if special:
         _special_tokens(lin, func, words)

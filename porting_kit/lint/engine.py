@@ -285,8 +285,24 @@ class Linter:
 
     @property
     def imports_torch(self) -> bool:
-        """Whether the file's code names ``torch`` (an import or a use; comments do not count)."""
-        return self.file_has(("torch",))
+        """Whether the file imports ``torch`` (or a ``torch*`` package) at module level, inside a
+        top-level ``try`` / ``if`` included; a comment naming torch does not count."""
+        hit = self._file_has.get("<torch>")
+        if hit is None:
+            hit = False
+            stack = list(self.tree.body)
+            while stack and not hit:
+                stmt = stack.pop()
+                cls = stmt.__class__
+                if cls is ast.Import:
+                    hit = any(a.name.startswith("torch") for a in stmt.names)
+                elif cls is ast.ImportFrom:
+                    hit = (stmt.module or "").startswith("torch")
+                elif cls in (ast.Try, ast.If) or cls.__name__ == "TryStar":
+                    stack += [*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", []),
+                              *(s for h in getattr(stmt, "handlers", []) for s in h.body)]
+            self._file_has["<torch>"] = hit
+        return hit
 
     def meta_hint(self) -> bool:
         """Whether this file builds models the transformers way (meta device / remote code): a class
@@ -320,8 +336,8 @@ class Linter:
             Identifiers and identifier-like string constants, space-joined; never comments,
             docstrings or message strings.
         """
-        if not self._words:
-            self._words = code_words_by_scope(self.tree)  # one walk for the file and every scope
+        if node is self.tree and id(node) not in self._words:
+            self._words.update(code_words_by_scope(self.tree))  # one walk for the file and every scope
         words = self._words.get(id(node))
         if words is None:
             words = self._words[id(node)] = code_words(node)
@@ -362,6 +378,15 @@ class Linter:
             hit = self.text_may_have(words) and any(w in self.words_of(self.tree) for w in words)
             self._file_has[words] = hit
         return hit
+
+    def text_of_may_have(self, node: ast.AST, words: tuple[str, ...]) -> bool:
+        """:meth:`text_may_have` for the lines of one function or class (a necessary condition
+        only: a word missing from them is missing from its code)."""
+        lines = self._file_has.get("<lines>")
+        if lines is None:
+            lines = self._file_has["<lines>"] = self.text.lower().splitlines()
+        chunk = "\n".join(lines[node.lineno - 1:getattr(node, "end_lineno", None) or node.lineno])
+        return any(w in chunk for w in words)
 
     def text_may_have(self, words: tuple[str, ...]) -> bool:
         """False when the lower-cased source text contains none of ``words``: then the code (a

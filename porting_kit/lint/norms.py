@@ -237,8 +237,8 @@ def on_function(lin, func: ast.AST) -> None:
     """
     if "PKN103" in lin.enabled and "rms_norm" in func.name.lower() and lin.frame.kind != "class":
         _missing_upcast(lin, func, func.name)
-    if "PKN101" not in lin.enabled or not lin.text_may_have(("eps",)):
-        return
+    if "PKN101" not in lin.enabled or not lin.text_of_may_have(func, ("eps",)):
+        return  # builds no norm with eps= (the text only rules out; the AST decides)
     configured, literal = False, []
     for node in own_nodes(func):
         if node.__class__ is not ast.Call:
