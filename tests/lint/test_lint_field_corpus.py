@@ -373,7 +373,7 @@ NOT_REVIEWED = ("PK502",)
 MIN_RECALL: dict[str, float] = {
     # Norms through F.rms_norm / fused kernels, or whose variance is built outside forward/_norm:
     # the rule reads the x.pow(2).mean / torch.mean(x**2) / .sum idioms of the class's own methods.
-    "norm: drop an RMSNorm's fp32 upcast": 0.65,
+    "norm: drop an RMSNorm's fp32 upcast": 0.85,
     # Epsilons used outside forward/_norm (a helper method or a fused call with eps=self.eps kept).
     "norm: eps attribute -> literal": 0.85,
     "norm: plain gain applied as (1 + w)": 0.85,
