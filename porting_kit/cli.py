@@ -291,12 +291,18 @@ def baseline_record(spec: Path | None = typer.Argument(None, help=_SPEC_HELP),
                     example: str | None = typer.Option(None, "--example", "-e",
                                                        help="Embedded example whose reference is recorded "
                                                             "(default: tts)."),
-                    out: Path = typer.Option(Path("reference_audio"), "--out", help=_BASELINE_DIR_HELP),
+                    out: Path | None = typer.Option(None, "--out",
+                                                    help="Baseline folder to write (clips + sidecars); required: "
+                                                         "nothing is written where you did not say."),
                     force: bool = typer.Option(False, "--force", help="Replace an existing baseline (a .bak is kept).")):
     """Save the reference's audio with a sidecar (sample rate, seed, inputs, sha256, versions)."""
 
     def body() -> int:
         from porting_kit.baseline import record
+
+        if out is None:
+            raise InputError("baseline record needs --out DIR: the folder to write the reference clips and "
+                             "sidecars in (nothing is written without it; compare reads reference_audio/ by default)")
 
         with _progress("baseline: decoding the reference's audio"):
             paths = record(str(spec) if spec else None, example=example, out_dir=out, force=force)

@@ -1,4 +1,5 @@
-"""File writes that never lose a user's file: atomic replace, numbered backups."""
+"""File writes that never lose a user's file: atomic replace, numbered backups; input reads
+that never hang or run away (:func:`read_input_text`)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,54 @@ def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
             fh.write(text)
 
     atomic_write(path, write, backup=backup)
+
+
+#: Deploy YAML larger than this is refused (vLLM-Omni 0.30.0's largest is 6.7 KB; YAML parsing
+#: costs ~20 s of CPU per MB, so a 2.3 MB file would take a minute).
+MAX_DEPLOY_YAML_BYTES = 512 * 1024
+#: Any other text input (pipeline.py, a manifest, a config) larger than this is refused.
+MAX_INPUT_TEXT_BYTES = 8 * 1024 * 1024
+
+
+def read_input_text(path: Path | str, *, max_bytes: int = MAX_INPUT_TEXT_BYTES, what: str = "file") -> str:
+    """The UTF-8 text of an input file, refusing what would hang or run away.
+
+    Parameters
+    ----------
+    path : Path or str
+        The file (a symbolic link is followed: reading through it changes nothing).
+    max_bytes : int, default :data:`MAX_INPUT_TEXT_BYTES`
+        Larger files are refused (:data:`MAX_DEPLOY_YAML_BYTES` for deploy YAML).
+    what : str, default "file"
+        Named in the refusal (``"deploy YAML"``).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    InputError
+        Something other than a regular file is there (a FIFO would block the read for ever, a
+        device never ends), or the file is over ``max_bytes``.
+    FileNotFoundError, OSError, UnicodeDecodeError
+        As :meth:`pathlib.Path.read_text` (callers keep their own handling).
+    """
+    p = Path(path)
+    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise InputError(f"{p}: is {kind}; porting-kit reads only regular files")
+    if st.st_size > max_bytes:
+        raise InputError(f"{p}: {st.st_size / 2**20:.1f} MiB is over the {max_bytes / 2**20:g} MiB limit for a "
+                         f"{what}; refused without reading it")
+    with open(p, "rb") as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:  # grew since the stat
+        raise InputError(f"{p}: over the {max_bytes / 2**20:g} MiB limit for a {what}; refused")
+    return data.decode("utf-8")
 
 
 #: The explicit name for standard output in ``--json -``.
@@ -342,3 +391,83 @@ class WriteTransaction:
         if exc_type is not None:
             self.rollback()
         return False
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """Hard-link ``src`` at ``dst`` (same inode: free, and a later atomic replace in the copy
+    leaves the original untouched); copy when the filesystem cannot link."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False when the
+    system cannot (then the caller renames twice)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def replace_tree(root: Path, fill: Callable[[Path], None]) -> None:
+    """Give the existing folder ``root`` its next state all at once: build it in a copy beside
+    it, then swap the copy in by rename.
+
+    ``root`` is copied (hard links, so it costs no data) to a hidden sibling folder;
+    ``fill(copy)`` writes the new files there (each one by atomic replace, so the original
+    inodes stay untouched); then the two folders are exchanged in one ``renameat2`` call (two
+    renames with SIGINT held back where the system lacks it) and the old tree is removed. An
+    exception or Ctrl-C before the swap leaves ``root`` exactly as it was (the copy is
+    removed); after it, ``root`` is the complete new tree. The old tree survives until the
+    new one is complete.
+
+    Parameters
+    ----------
+    root : Path
+        An existing directory (not a link).
+    fill : callable
+        ``fill(staging_root)`` writes the new state under ``staging_root``.
+
+    Raises
+    ------
+    OSError
+        The folder beside ``root`` cannot be written.
+    """
+    import signal
+
+    root = Path(root)
+    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.pk-new-", dir=root.parent))
+    swapped = False
+    try:
+        staging.rmdir()
+        shutil.copytree(root, staging, symlinks=True, copy_function=_link_or_copy)
+        shutil.copymode(root, staging)
+        fill(staging)
+        old = None
+        try:
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread: SIGINT cannot arrive here anyway
+            pass
+        try:
+            if not _exchange(staging, root):
+                aside = staging.with_name(staging.name.replace(".pk-new-", ".pk-old-"))
+                os.rename(root, aside)
+                os.rename(staging, root)
+                os.rename(aside, staging)
+            swapped = True
+            shutil.rmtree(staging, ignore_errors=True)  # now the old tree
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+    finally:
+        if not swapped:
+            shutil.rmtree(staging, ignore_errors=True)

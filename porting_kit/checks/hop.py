@@ -181,8 +181,8 @@ def _length_finding(cmp: WaveformComparison, names: tuple[str, str]) -> Finding:
                   f"the candidate's length implies hop {nc / frames:.2f}")
     return _finding(
         "hop.length_mismatch",
-        f"{cname} has {nc} samples, {rname} {nr} ({nc - nr:+d}{extra}); the common "
-        "part matches.", ev,
+        f"{cname} has {nc} samples, {rname} {nr} ({nc - nr:+d}{extra}); "
+        + ("the common part matches." if min(nr, nc) else f"{cname if nc == 0 else rname} served no samples."), ev,
         "Compute the output length as frames * hop_length (product of the codec's "
         "upsampling ratios) minus the codec's own trim; do not trim or pad by hand.",
         [min(nr, nc), max(nr, nc)])

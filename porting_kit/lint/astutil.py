@@ -144,3 +144,96 @@ def names_in(node: ast.AST) -> set[str]:
         elif cls is ast.Constant and isinstance(sub.value, str):
             out.add(sub.value)
     return out
+
+
+def node_word(sub: ast.AST) -> str | None:
+    """The code word one node contributes to :func:`code_words` (``None`` for most nodes)."""
+    cls = sub.__class__
+    if cls is ast.Name:
+        return sub.id
+    if cls is ast.Attribute:
+        return sub.attr
+    if cls is ast.Constant:
+        return sub.value if isinstance(sub.value, str) and sub.value.isidentifier() else None
+    if cls in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+        return sub.name
+    if cls is ast.arg:
+        return sub.arg
+    if cls is ast.keyword:
+        return sub.arg
+    if cls is ast.alias:
+        return sub.name.replace(".", " ") + (" " + sub.asname if sub.asname else "")
+    if cls is ast.ImportFrom:
+        return sub.module.replace(".", " ") if sub.module else None
+    return None
+
+
+def is_prose(sub: ast.AST) -> bool:
+    """A bare string statement (a docstring): prose, not code."""
+    return sub.__class__ is ast.Expr and sub.value.__class__ is ast.Constant
+
+
+def code_words(node: ast.AST) -> str:
+    """The words the code of ``node`` is made of, lower-cased and space-joined: identifiers,
+    attribute / argument / keyword / definition / import names, and string constants that are
+    identifiers themselves (``info["audio_lengths"]``, ``getattr(c, "rope_parameters")``).
+
+    Rules test these instead of the source text, so a comment, a docstring or a message string
+    never decides a finding (``# see rope_parameters`` reads nothing).
+
+    Parameters
+    ----------
+    node : ast.AST
+        A module, class, function or expression; walked entirely.
+
+    Returns
+    -------
+    str
+        ``" ".join`` of the words (duplicates kept; callers test substrings).
+    """
+    out: list[str] = []
+    stack = [node]
+    while stack:
+        sub = stack.pop()
+        if is_prose(sub):
+            continue
+        word = node_word(sub)
+        if word:
+            out.append(word)
+        stack.extend(ast.iter_child_nodes(sub))
+    return " ".join(out).lower()
+
+
+def code_words_by_scope(tree: ast.AST) -> dict[int, str]:
+    """:func:`code_words` of ``tree`` and of every function and class in it, in one walk.
+
+    Parameters
+    ----------
+    tree : ast.AST
+        Usually the module.
+
+    Returns
+    -------
+    dict of int to str
+        ``id(node)`` -> its code words, for ``tree`` and each ``FunctionDef`` /
+        ``AsyncFunctionDef`` / ``ClassDef`` below it (a nested scope's words count for
+        every enclosing one, as :func:`code_words` of the outer node would give).
+    """
+    words: dict[int, list[str]] = {id(tree): []}
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    stack: list[tuple[ast.AST, tuple[list[str], ...]]] = [(tree, (words[id(tree)],))]
+    while stack:
+        sub, owners = stack.pop()
+        if is_prose(sub):
+            continue
+        if sub.__class__ in scopes and sub is not tree:
+            own: list[str] = []
+            words[id(sub)] = own
+            owners = (*owners, own)
+        word = node_word(sub)
+        if word:
+            for o in owners:
+                o.append(word)
+        for child in ast.iter_child_nodes(sub):
+            stack.append((child, owners))
+    return {k: " ".join(v).lower() for k, v in words.items()}

@@ -7,13 +7,14 @@ codes tensor clamped from above (``codes.clamp(0, codebook_size - 1)``,
 ``codes.masked_fill(codes >= vocab, 0)``; the result under any name) and then passed to a
 codec call in the same function turns EOS / pad frames into real audio frames: a click or a burst of noise at
 the end of every clip. Flagged only when the function never cuts those frames off
-again: its text mentions no length, mask, valid count, trim, EOS or stop term
+again: its code (names and keys; not comments or docstrings) mentions no length, mask, valid count, trim, EOS or stop term
 (``audio_lengths``, ``valid``, ``mask``, ``eos``, ``trim`` ...). A lower clamp alone
 (``clamp(min=0)``, pad ``-1`` to 0 with lengths kept elsewhere) is left alone.
 
 PK404 (warn): a streaming trim computed as context frames x samples per frame
 (``wav[..., left_context * hop_length:]``, ``trim = context_frames * upsample``
-then ``pcm[trim:]``) in a file that never mentions the decoder's own latency
+then ``pcm[trim:]``) in a file whose code (names, keys and flags) and docstrings
+(a declaration the AST holds; comments do not count) never mention the decoder's own latency
 (``latency``, ``lookahead``, ``delay``, ``right_context``, ``holdback``,
 ``future``) nor says the decoder is ``causal``. The trim is exact for a causal
 decoder only; a decoder that looks ahead (non-causal convolutions or attention,
@@ -33,8 +34,10 @@ _CODES = re.compile(r"(code|token)", re.IGNORECASE)
 _CUT_TERMS = re.compile(r"(length|lens\b|valid|mask|trim|eos|eoc|eoa|stop|num_frames|n_frames)", re.IGNORECASE)
 _CONTEXT = re.compile(r"(context|ctx)", re.IGNORECASE)
 _PER_FRAME = re.compile(r"(hop|upsampl|samples_per_)", re.IGNORECASE)
-#: Lower-case words the cheap text tests look for (a file or function without them is skipped).
-_MAP_WORDS = ("clamp", "clip", "masked_fill", "where(", "] = 0")
+#: Lower-case words the cheap tests look for in the code words (:func:`~.astutil.code_words`; comments,
+#: docstrings and messages never count): a file or function without them is skipped.
+#: Text that any clamp / map-to-0 of codes contains (a necessary condition only; the AST decides).
+_MAP_TEXT = ("clamp", "clip", "masked_fill", "where", "=0", "= 0")
 _CODEC_WORDS = ("decode", "vocoder", "codec", "code2wav", "token2wav", "bigvgan", "hifigan", "snac", "mimi", "dac")
 _CONTEXT_WORDS = ("context", "ctx")
 _PER_FRAME_WORDS = ("hop", "upsampl", "samples_per_")
@@ -157,12 +160,11 @@ def _decoded(func: ast.AST, name: str, after: int) -> ast.Call | None:
     return None
 
 
-def _special_tokens(lin, func: ast.AST, text: str) -> None:
-    lower = text.lower()
-    if not (any(w in lower for w in _MAP_WORDS) and any(w in lower for w in _CODEC_WORDS)):
-        return  # cheap text test first: most functions neither map codes nor decode
+def _special_tokens(lin, func: ast.AST, words: str) -> None:
+    if not any(w in words for w in _CODEC_WORDS):
+        return  # cheap test first: most functions never decode
     maps = _special_token_maps(func)
-    if not maps or _CUT_TERMS.search(text):
+    if not maps or _CUT_TERMS.search(words):
         return
     for stmt, name in maps:
         call = _decoded(func, name, stmt.lineno)
@@ -222,15 +224,18 @@ def on_function(lin, func: ast.AST) -> None:
         Model code only (the engine calls this for model files).
     func : ast.FunctionDef or ast.AsyncFunctionDef
     """
-    special = "PK403" in lin.enabled and lin.file_has(_MAP_WORDS) and lin.file_has(_CODEC_WORDS)
-    trims = "PK404" in lin.enabled and lin.file_has(_CONTEXT_WORDS) and lin.file_has(_PER_FRAME_WORDS) \
-        and not lin.file_has(_LATENCY_WORDS)
+    # The text only rules out (a word absent from the text is absent from the code); the AST decides.
+    special = "PK403" in lin.enabled and lin.text_of_may_have(func, _MAP_TEXT) \
+        and lin.text_of_may_have(func, _CODEC_WORDS)
+    trims = "PK404" in lin.enabled and lin.text_of_may_have(func, _CONTEXT_WORDS) \
+        and lin.text_of_may_have(func, _PER_FRAME_WORDS) and lin.file_has(_CONTEXT_WORDS) \
+        and lin.file_has(_PER_FRAME_WORDS) and not lin.file_has(_LATENCY_WORDS) \
+        and not lin.docstrings_have(_LATENCY_WORDS)
     if not (special or trims):
-        return  # most files: decided by cached substring tests of the file's text
-    text = lin.source_of(func)
+        return  # most functions: ruled out by cheap substring tests
+    words = lin.words_of(func)
     if special:
-        _special_tokens(lin, func, text)
+        _special_tokens(lin, func, words)
     if trims:
-        lower = text.lower()
-        if any(w in lower for w in _CONTEXT_WORDS) and any(w in lower for w in _PER_FRAME_WORDS):
+        if any(w in words for w in _CONTEXT_WORDS) and any(w in words for w in _PER_FRAME_WORDS):
             _stream_trims(lin, func)

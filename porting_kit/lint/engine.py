@@ -22,6 +22,7 @@ from porting_kit.lint import (
     codec_precision,
     global_rng,
     host_sync,
+    norms,
     optional_deps,
     request_state,
     rope_buffers,
@@ -29,6 +30,7 @@ from porting_kit.lint import (
     test_markers,
     truthiness,
 )
+from porting_kit.lint.astutil import code_words, code_words_by_scope, dotted
 from porting_kit.lint.finding import LintFinding, apply_noqa
 
 _HOST_SIDE_PREFIXES = ("tokenization_", "processing_", "feature_extraction_", "image_processing_",
@@ -200,7 +202,8 @@ class Linter:
         Reported in the findings; decides model code vs test file
         (:func:`is_model_path`, :func:`porting_kit.lint.test_markers.is_test_path`).
     text : str
-        The file's source (read for the meta-device hint and ``torch`` use).
+        The file's source (kept for ``# noqa``; the rules read ``tree`` only: comments,
+        docstrings and message strings never decide a finding, :meth:`words_of`).
     tree : ast.Module
         ``ast.parse(text)``.
     enabled : frozenset of str
@@ -225,9 +228,8 @@ class Linter:
         self._seen: set[tuple] = set()
         self.model_code = is_model_path(path)
         self.is_test = test_markers.is_test_path(path)
-        self.imports_torch = "torch" in text
         self._meta_hint: bool | None = None
-        self._lines: list[str] | None = None
+        self._words: dict[int, str] = {}
         self._file_has: dict = {}
         self.marks = test_markers.MarkState() if self.is_test else None
         self.build_stack: list = []
@@ -281,16 +283,84 @@ class Linter:
         self._seen.add(key)
         self.findings.append(LintFinding(self.path, line, col, code, message, file_level))
 
+    @property
+    def imports_torch(self) -> bool:
+        """Whether the file imports ``torch`` (or a ``torch*`` package) at module level, inside a
+        top-level ``try`` / ``if`` included; a comment naming torch does not count."""
+        hit = self._file_has.get("<torch>")
+        if hit is None:
+            hit = False
+            stack = list(self.tree.body)
+            while stack and not hit:
+                stmt = stack.pop()
+                cls = stmt.__class__
+                if cls is ast.Import:
+                    hit = any(a.name.startswith("torch") for a in stmt.names)
+                elif cls is ast.ImportFrom:
+                    hit = (stmt.module or "").startswith("torch")
+                elif cls in (ast.Try, ast.If) or cls.__name__ == "TryStar":
+                    stack += [*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", []),
+                              *(s for h in getattr(stmt, "handlers", []) for s in h.body)]
+            self._file_has["<torch>"] = hit
+        return hit
+
     def meta_hint(self) -> bool:
-        """Whether this file builds models the transformers way (meta device / remote code)."""
+        """Whether this file builds models the transformers way (meta device / remote code): a class
+        deriving from ``*PreTrainedModel``, a use of ``init_empty_weights`` or the ``"meta"`` device."""
         if self._meta_hint is None:
-            t = self.text
-            self._meta_hint = "PreTrainedModel):" in t or any(
-                s in t for s in ("init_empty_weights", '"meta"', "'meta'"))
+            hint = False
+            for node in ast.walk(self.tree):
+                cls = node.__class__
+                if cls is ast.ClassDef:
+                    hint = any(dotted(b).endswith("PreTrainedModel") for b in node.bases)
+                elif cls is ast.Name or cls is ast.Attribute:
+                    hint = (node.id if cls is ast.Name else node.attr) == "init_empty_weights"
+                elif cls is ast.Constant:
+                    hint = node.value == "meta"
+                if hint:
+                    break
+            self._meta_hint = hint
         return self._meta_hint
 
+    def words_of(self, node: ast.AST) -> str:
+        """The lower-cased code words of ``node`` (:func:`porting_kit.lint.astutil.code_words`), cached.
+
+        Parameters
+        ----------
+        node : ast.AST
+            A function, class or the module.
+
+        Returns
+        -------
+        str
+            Identifiers and identifier-like string constants, space-joined; never comments,
+            docstrings or message strings.
+        """
+        if node is self.tree and id(node) not in self._words:
+            self._words.update(code_words_by_scope(self.tree))  # one walk for the file and every scope
+        words = self._words.get(id(node))
+        if words is None:
+            words = self._words[id(node)] = code_words(node)
+        return words
+
+    def docstrings_have(self, words: tuple[str, ...]) -> bool:
+        """Whether a docstring of the file (module, class or function; AST nodes, unlike comments)
+        contains any of the lower-case ``words``: where a rule lets the author *declare* a fact
+        (PK404: the decoder is causal), never where it needs the code to do something."""
+        key = ("<doc>", *words)
+        hit = self._file_has.get(key)
+        if hit is None:
+            docs = self._file_has.get("<doc>")
+            if docs is None:
+                docs = self._file_has["<doc>"] = " ".join(
+                    (ast.get_docstring(n, clean=False) or "") for n in ast.walk(self.tree)
+                    if n.__class__ in (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)).lower()
+            hit = self._file_has[key] = any(w in docs for w in words)
+        return hit
+
     def file_has(self, words: tuple[str, ...]) -> bool:
-        """Whether the file's lower-cased text contains any of ``words``; cached per tuple.
+        """Whether the file's code words (:meth:`words_of` the module) contain any of ``words``;
+        cached per tuple.
 
         Parameters
         ----------
@@ -303,28 +373,28 @@ class Linter:
         """
         hit = self._file_has.get(words)
         if hit is None:
-            lower = self._file_has.get("")
-            if lower is None:
-                lower = self._file_has[""] = self.text.lower()
-            hit = self._file_has[words] = any(w in lower for w in words)
+            # A word the source text lacks is not in the code either: the text only rules out
+            # (fast), the AST decides.
+            hit = self.text_may_have(words) and any(w in self.words_of(self.tree) for w in words)
+            self._file_has[words] = hit
         return hit
 
-    def source_of(self, node: ast.AST) -> str:
-        """The source lines of ``node`` (a function or statement), comments included.
+    def text_of_may_have(self, node: ast.AST, words: tuple[str, ...]) -> bool:
+        """:meth:`text_may_have` for the lines of one function or class (a necessary condition
+        only: a word missing from them is missing from its code)."""
+        lines = self._file_has.get("<lines>")
+        if lines is None:
+            lines = self._file_has["<lines>"] = self.text.lower().splitlines()
+        chunk = "\n".join(lines[node.lineno - 1:getattr(node, "end_lineno", None) or node.lineno])
+        return any(w in chunk for w in words)
 
-        Parameters
-        ----------
-        node : ast.AST
-            Any node with ``lineno`` / ``end_lineno``.
-
-        Returns
-        -------
-        str
-            Its whole lines joined with newlines.
-        """
-        if self._lines is None:
-            self._lines = self.text.splitlines()
-        return "\n".join(self._lines[node.lineno - 1:getattr(node, "end_lineno", None) or node.lineno])
+    def text_may_have(self, words: tuple[str, ...]) -> bool:
+        """False when the lower-cased source text contains none of ``words``: then the code (a
+        part of the text) cannot either. A necessary condition only, never a finding's reason."""
+        lower = self._file_has.get("")
+        if lower is None:
+            lower = self._file_has[""] = self.text.lower()
+        return any(w in lower for w in words)
 
     # ---- traversal -------------------------------------------------------
     def run(self) -> list[LintFinding]:
@@ -417,6 +487,7 @@ class Linter:
         if self.model_code:
             codec_io.on_function(self, node)
             request_state.on_function(self, node)
+            norms.on_function(self, node)
         truthiness.on_function_enter(self, frame, node)
         build = adapter_build.on_function_enter(self, frame, node) if self.model_code else None
         self.frame = frame
@@ -445,6 +516,7 @@ class Linter:
         self.frame = parent
         if self.model_code:
             rope_buffers.on_class_exit(self, frame)
+            norms.on_class(self, node)
 
     def _for(self, node: ast.For) -> None:
         frame = self.frame

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TextIO
 
 from porting_kit.errors import InputError
+from porting_kit.fsutil import MAX_DEPLOY_YAML_BYTES
 from porting_kit.lint import baseline as baseline_mod
 from porting_kit.lint.engine import lint_source
 from porting_kit.lint.finding import LintFinding
@@ -107,7 +108,8 @@ def _excluded(path: str, root: Path | None, globs: list[str]) -> bool:
 
 
 def _not_regular(path: str) -> str | None:
-    """Why ``path`` is not linted although it was listed: not a regular file, or too large."""
+    """Why ``path`` is not linted although it was listed: not a regular file, or too large
+    (:data:`MAX_FILE_BYTES`; YAML over :data:`porting_kit.fsutil.MAX_DEPLOY_YAML_BYTES`)."""
     import stat
 
     try:
@@ -118,6 +120,9 @@ def _not_regular(path: str) -> str | None:
         return "not a regular file (a FIFO, a device or a socket)"
     if st.st_size > MAX_FILE_BYTES:
         return f"{st.st_size / 2**20:.1f} MiB, over the {MAX_FILE_BYTES // 2**20} MiB cap"
+    if path.endswith(YAML_SUFFIXES) and st.st_size > MAX_DEPLOY_YAML_BYTES:
+        return (f"{st.st_size / 2**20:.1f} MiB, over the {MAX_DEPLOY_YAML_BYTES / 2**20:g} MiB cap for YAML "
+                "(a deploy file is a few KB; parsing this one would take minutes)")
     return None
 
 

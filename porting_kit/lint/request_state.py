@@ -10,7 +10,7 @@ in ``forward`` under a key that is not derived from a request id.
 
 PK205: per-request streaming state popped on the first chunk. A chunk handler
 (``*chunk*`` / ``*stream*`` in its name, a ``*chunk*`` parameter, or a ``forward``
-whose text speaks of chunks; not a generator, not a teardown hook such as
+whose code names chunks; not a generator, not a teardown hook such as
 ``on_requests_finished``) that runs
 ``self.<state>.pop(request_id)`` or ``del self.<state>[req_id]`` outside any
 ``finished`` / ``is_last`` / ``last_chunk`` / ``eos`` / error condition drops the
@@ -182,13 +182,13 @@ def _ends_stream(node: ast.AST) -> bool:
 
 def _handles_chunk(lin, func: ast.AST) -> bool:
     """A function that serves one chunk of a stream: ``*chunk*`` / ``*stream*`` in its name, a
-    ``*chunk*`` parameter, or a ``forward`` whose text speaks of chunks (vLLM-Omni's async-chunk
+    ``*chunk*`` parameter, or a ``forward`` whose code names chunks (vLLM-Omni's async-chunk
     code2wav); not a teardown hook, not a generator (that one runs the whole stream)."""
     name = func.name.lower()
     args = func.args
     params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
     if not ("chunk" in name or "stream" in name or any("chunk" in p.lower() for p in params)
-            or (name == "forward" and "chunk" in lin.source_of(func))):
+            or (name == "forward" and "chunk" in lin.words_of(func))):
         return False
     if _TEARDOWN.intersection(name.strip("_").split("_")) or _NEW_REQUEST.search(name):
         return False
@@ -299,9 +299,6 @@ def on_function(lin, func: ast.AST) -> None:
         unless the function writes the same dict back (pop, update, put back).
     """
     if "PK205" not in lin.enabled or not _handles_chunk(lin, func):
-        return
-    text = lin.source_of(func)
-    if ".pop(" not in text and "del " not in text:
         return
     drops: list = []
     _unguarded_drops(func.body, False, drops)

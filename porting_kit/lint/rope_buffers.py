@@ -2,7 +2,8 @@
 config keys read with a fallback that transformers 5 moved (PK702).
 
 PK702: ``getattr(config, "rope_theta", 10000.0)`` (or ``"rope_scaling"``) with a
-non-``None`` default, in a file that never mentions ``rope_parameters``. transformers 5
+non-``None`` default, in a file whose code never reads ``rope_parameters`` (an attribute,
+name or key; a comment or docstring naming it reads nothing). transformers 5
 keeps both under ``config.rope_parameters``; the attribute lookup falls back and the
 port runs with the default base (``rope.theta_mismatch`` at check time).
 
@@ -15,8 +16,8 @@ that keep ``original_inv_freq``. The rule flags a class that registers a
 non-persistent ``inv_freq`` without that contract and without any method
 other than ``__init__`` that writes ``self.inv_freq`` (assignment or
 ``.copy_``), in a file whose models transformers builds on the meta device
-(it defines a ``*PreTrainedModel`` subclass, or mentions ``init_empty_weights``
-or the ``"meta"`` device). A class that keeps ``original_inv_freq`` but whose
+(it defines a ``*PreTrainedModel`` subclass, or uses ``init_empty_weights``
+or the ``"meta"`` device). Every test reads the AST, never the source text. A class that keeps ``original_inv_freq`` but whose
 name lacks ``RotaryEmbedding`` (``...RotatoryEmbedding``) breaks that contract
 and is flagged wherever it lives.
 """
@@ -24,7 +25,6 @@ and is flagged wherever it lives.
 from __future__ import annotations
 
 import ast
-import re
 
 from porting_kit.lint.astutil import const_str, dotted, is_false, keyword
 
@@ -79,10 +79,18 @@ def _copy(lin, node: ast.Call) -> None:
 _MOVED_KEYS = ("rope_theta", "rope_scaling")
 
 
+def _reads_rope_parameters(lin) -> bool:
+    """Whether the file's code reads ``rope_parameters`` (``config.rope_parameters``,
+    ``getattr(config, "rope_parameters", None)``, ``cfg["rope_parameters"]``) or takes part in
+    transformers 5's rope-parameters API (``compute_default_rope_parameters``); a comment,
+    docstring or message naming it reads nothing."""
+    return lin.file_has(("rope_parameters",))
+
+
 def _moved_key_fallback(lin, node: ast.Call) -> None:
     """PK702: ``getattr(config, "rope_theta", 10000.0)`` in a file that never reads
     ``rope_parameters``: on transformers 5 the attribute is gone and the default wins."""
-    if len(node.args) != 3 or "rope_parameters" in lin.text:
+    if len(node.args) != 3 or _reads_rope_parameters(lin):
         return
     key = const_str(node.args[1])
     default = node.args[2]
@@ -121,17 +129,29 @@ def on_assign(lin, node: ast.AST) -> None:
                 state.reinit = True
 
 
-#: ``init.copy_(module.inv_freq, ...)``, ``module.inv_freq = ...``, ``module.inv_freq.copy_(...)``:
-#: a model's ``_init_weights`` (or loader) re-initialising a rotary module's buffer from outside
-#: the rotary class (transformers 5's own modeling files do this per module class).
-_OUTSIDE_REINIT = re.compile(r"copy_\(\s*(?!self\.)[A-Za-z_][\w.]*\.inv_freq\b"
-                             r"|(?<![\w.])(?!self\.)[A-Za-z_]\w*\.inv_freq(?:\.data)?\s*(?:=(?!=)|\.copy_\()")
+def _outside_inv_freq(node: ast.AST) -> bool:
+    """``module.inv_freq`` / ``module.inv_freq.data`` (any receiver but ``self``)."""
+    if node.__class__ is ast.Attribute and node.attr == "data":
+        node = node.value
+    return node.__class__ is ast.Attribute and node.attr == "inv_freq" and not dotted(node).startswith("self.")
 
 
-def _file_reinits_other_modules(text: str) -> bool:
-    """Whether the file writes some module's ``inv_freq`` from outside that module (see
-    :data:`_OUTSIDE_REINIT`); then a class without its own re-initialisation is not flagged."""
-    return _OUTSIDE_REINIT.search(text) is not None
+def _file_reinits_other_modules(tree: ast.Module) -> bool:
+    """Whether the file writes some module's ``inv_freq`` from outside that module
+    (``init.copy_(module.inv_freq, ...)``, ``module.inv_freq = ...``,
+    ``module.inv_freq.copy_(...)``: a model's ``_init_weights`` or loader, as transformers 5's
+    own modeling files do per module class); then a class without its own re-initialisation
+    is not flagged."""
+    for node in ast.walk(tree):
+        cls = node.__class__
+        if cls is ast.Call and node.func.__class__ is ast.Attribute and node.func.attr == "copy_":
+            if (node.args and _outside_inv_freq(node.args[0])) or _outside_inv_freq(node.func.value):
+                return True
+        elif cls is ast.Assign or cls is ast.AugAssign or cls is ast.AnnAssign:
+            targets = node.targets if cls is ast.Assign else [node.target]
+            if any(_outside_inv_freq(t) for t in targets):
+                return True
+    return False
 
 
 def on_class_exit(lin, frame) -> None:
@@ -163,7 +183,7 @@ def on_class_exit(lin, frame) -> None:
             lin.report("PK701", node, f"{frame.name} keeps original_inv_freq but its name lacks "
                                       "'RotaryEmbedding', so transformers' _init_weights never re-initialises it")
         return
-    if not lin.meta_hint() or _file_reinits_other_modules(lin.text):
+    if not lin.meta_hint() or _file_reinits_other_modules(lin.tree):
         return
     for node in state.candidates:
         lin.report("PK701", node, f"{frame.name}.inv_freq is non-persistent and never re-initialised: "

@@ -18,6 +18,7 @@ prefix     family                      module
 ``PK9xx``  adapter ``build()``         :mod:`porting_kit.lint.adapter_build`
 ``PKY1xx`` deploy YAML                 :mod:`porting_kit.lint.deploy_yaml`
 ``PKT1xx`` test markers                :mod:`porting_kit.lint.test_markers`
+``PKN1xx`` normalisation layers        :mod:`porting_kit.lint.norms`
 =========  ==========================  ===================================
 
 ``docs/lint_rules.md`` shows a bad and a good example for every code.
@@ -91,7 +92,8 @@ RULES: dict[str, Rule] = {r.code: r for r in (
     Rule("PK404", "stream trim = context frames x samples per frame, in a file that never names the decoder's "
                   "latency or causality",
          "for a decoder that looks ahead, decode with right context and trim its latency too; if it is "
-         "causal, say so (a `causal` comment or flag) and suppress with `# noqa: PK404`", "warn"),
+         "causal, say so in code or a docstring (a `causal` flag, 'the decoder is causal'; a comment does not "
+         "count) or suppress with `# noqa: PK404`", "warn"),
     # PK5xx global RNG
     Rule("PK501", "global RNG seeded in model code",
          "draw from a per-request `torch.Generator`; if upstream needs the global RNG, save and restore "
@@ -132,6 +134,15 @@ RULES: dict[str, Rule] = {r.code: r for r in (
          "warn"),
     Rule("PKY104", "pipeline-only field or legacy stage metadata in a deploy stage (scheduler_cls, final_output ...)",
          "remove it; the StagePipelineConfig in pipeline.py decides it", "warn"),
+    # PKN1xx normalisation layers
+    Rule("PKN101", "norm epsilon written as a literal where the configured one is at hand (the module's eps "
+                   "parameter, or the config's eps used for the function's other norms)",
+         "pass the configured epsilon: `eps=self.variance_epsilon` / `eps=config.rms_norm_eps`"),
+    Rule("PKN102", "(1 + w) gain on a plain-gain norm weight (initialised to ones, as the checkpoint stores it)",
+         "multiply by w; (1 + w) is for zero-centred gains (Gemma: weight initialised to zeros)"),
+    Rule("PKN103", "RMSNorm forward takes the mean of squares in the input's dtype (no fp32 upcast)",
+         "upcast first: `x = hidden_states.to(torch.float32)`, normalise, then cast back to the input dtype "
+         "(unless the reference itself never upcasts)", "warn"),
     # PKT1xx test markers
     Rule("PKT101", "test file has no CI tier marker (core_model / advanced_model / full_model / local_model)",
          "add e.g. `pytestmark = [pytest.mark.core_model, pytest.mark.cpu]`"),
@@ -181,7 +192,7 @@ def select_codes(select: list[str] | None, ignore: list[str] | None) -> frozense
     -------
     frozenset of str
         ``PK000`` / ``PKY000`` (the file does not parse) are added whenever any code of
-        the same language (Python ``PK<digit>`` / ``PKT``; YAML ``PKY``) is enabled and
+        the same language (Python ``PK<digit>`` / ``PKT`` / ``PKN``; YAML ``PKY``) is enabled and
         they are not ignored explicitly.
 
     Raises
@@ -204,7 +215,7 @@ def select_codes(select: list[str] | None, ignore: list[str] | None) -> frozense
     enabled = expand(select) if select else set(RULES)
     ignored = expand(ignore) if ignore else set()
     enabled -= ignored
-    python_rules = any((c.startswith("PK") and c[2:3].isdigit() and c != "PK000") or c.startswith("PKT")
+    python_rules = any((c.startswith("PK") and c[2:3].isdigit() and c != "PK000") or c.startswith(("PKT", "PKN"))
                        for c in enabled)
     if python_rules and "PK000" not in ignored:
         enabled.add("PK000")

@@ -237,15 +237,27 @@ def hop_length_of_spec(spec) -> int | None:
     if callable(h):
         h = spec.call("hop_length")
     if h is not None:
-        return int(h)
+        return _positive_hop(spec, h, "hop_length")
     if callable(spec.get("codec_config")):
         from porting_kit.adapters.encodec_meta import hop_length_of
 
         try:
-            return hop_length_of(spec.call("codec_config"))
+            h = hop_length_of(spec.call("codec_config"))
         except ValueError as exc:
             raise InputError(f"{spec.name}: codec_config(): {exc}") from exc
+        return _positive_hop(spec, h, "codec_config()'s upsampling ratios")
     return None
+
+
+def _positive_hop(spec, h, where: str) -> int:
+    """``h`` as a positive whole number of samples per code frame, else InputError (a hop of 0
+    makes every length hypothesis trivially true and the audio families pass on anything)."""
+    import numbers
+
+    if isinstance(h, bool) or not isinstance(h, numbers.Real) or h != int(h) or int(h) <= 0:
+        raise InputError(f"{spec.name}: {where} gives a hop length of {h!r}: it must be a positive whole "
+                         "number of samples per code frame")
+    return int(h)
 
 
 def served_channels_of_spec(spec) -> int:
@@ -386,9 +398,18 @@ def get_audio_pair(ctx) -> AudioPair | str:
     if not (isinstance(codes, torch.Tensor) and codes.dim() == 2):
         raise InputError(f"{spec.name}: codes() must return a LongTensor (num_codebooks, frames), "
                          f"got {type(codes).__name__} {tuple(getattr(codes, 'shape', ()))}")
+    if codes.numel() == 0:
+        raise InputError(f"{spec.name}: codes() returned an empty tensor {tuple(codes.shape)}: "
+                         "there is nothing to decode")
+    if (codes.is_floating_point() or codes.is_complex()) and not bool(torch.isfinite(codes).all()):
+        raise InputError(f"{spec.name}: codes() holds NaN/Inf: codes are codebook indices "
+                         "(a LongTensor), there is nothing to decode")
     hop = hop_length_of_spec(spec)
     with torch.no_grad():
         ref, sr_r = _decode(spec, "decode_reference", codes)
+        if served(ref).size == 0:
+            raise InputError(f"{spec.name}: decode_reference() returned an empty clip for codes "
+                             f"{tuple(codes.shape)}: there is no reference to compare against")
         cand, sr_c = _decode(spec, "decode_candidate", codes)
     cmp = analyse_waveforms(ref, cand, sr_r, sr_c, hop_length=hop, frames=int(codes.shape[1]),
                             served=True, served_channels=served_channels_of_spec(spec))

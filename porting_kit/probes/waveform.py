@@ -802,6 +802,8 @@ def _time_axis(ref: np.ndarray, cand: np.ndarray, sr: int, cmp: WaveformComparis
     nr, nc = ref.shape[1], cand.shape[1]
     n = min(nr, nc)
     if n == 0:
+        if nr != nc:  # one side served no samples at all: a length fault, never a pass
+            cmp.length = LengthFit(nr, nc, sr, hop, frames)
         return ref, cand
     direct = snr_db(ref[:, :n], cand[:, :n])
     if direct >= HYPOTHESIS_SNR_DB and nr == nc:

@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import ast
 import functools
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from porting_kit.fsutil import MAX_DEPLOY_YAML_BYTES, read_input_text
 
 #: Module constants that declare the per-frame width a producer emits.
 WIDTH_CONSTANTS = ("CODES_PER_FRAME", "FRAME_WIDTH", "CODEC_FRAME_WIDTH", "EMITTED_CODEBOOKS")
@@ -94,7 +97,7 @@ class DeployFacts:
 def parse(path: Path) -> ast.Module | None:
     """``ast.parse`` of a file, or None when missing or not Python."""
     try:
-        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        return ast.parse(read_input_text(path), filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
 
@@ -423,7 +426,7 @@ def pipeline_for_deploy(deploy: DeployFacts) -> PipelineFacts | None:
 def _load_rt(path: str, mtime_ns: int, size: int) -> Any:
     from ruamel.yaml import YAML
 
-    return YAML(typ="rt").load(Path(path).read_text(encoding="utf-8"))
+    return YAML(typ="rt").load(read_input_text(path, max_bytes=MAX_DEPLOY_YAML_BYTES, what="deploy YAML"))
 
 
 def load_yaml_rt(path: Path) -> Any:
@@ -434,10 +437,15 @@ def load_yaml_rt(path: Path) -> Any:
     ------
     FileNotFoundError
         The file is missing.
+    InputError
+        Not a regular file (a FIFO would block), or over
+        :data:`porting_kit.fsutil.MAX_DEPLOY_YAML_BYTES`.
     Exception
         Whatever ruamel raises on bad YAML.
     """
     st = Path(path).stat()
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_DEPLOY_YAML_BYTES:
+        read_input_text(path, max_bytes=MAX_DEPLOY_YAML_BYTES, what="deploy YAML")  # raises InputError
     return _load_rt(str(path), st.st_mtime_ns, st.st_size)
 
 

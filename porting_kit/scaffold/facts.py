@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from porting_kit.errors import InputError
+from porting_kit.fsutil import read_input_text
 
 #: Spellings per fact, in priority order (first match wins within one depth;
 #: shallower keys win over deeper ones unless a later spelling is more specific).
@@ -328,7 +329,7 @@ def read_model_facts(path: str | Path) -> ModelFacts:
     if not p.is_file():
         raise InputError(f"config file not found: {p} (pass the model's HF config.json with --config)")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(read_input_text(p))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"cannot read {p} as JSON: {exc}") from None
     if not isinstance(doc, dict):
@@ -561,7 +562,7 @@ def read_generation_facts(facts: ModelFacts, doc: dict, gen_path: Path) -> None:
     gen: dict = {}
     if gen_path.is_file():
         try:
-            gen = json.loads(gen_path.read_text(encoding="utf-8"))
+            gen = json.loads(read_input_text(gen_path))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"cannot read {gen_path} as JSON: {exc}") from None
         if not isinstance(gen, dict):

@@ -17,7 +17,9 @@ Targets and shapes (DESIGN.md, "Scaffolds"):
 The decisions (what to generate, which values, why) are made here; the text is
 in the Jinja2 templates under ``templates/<target>/<shape>/``. Writes go through one
 :class:`porting_kit.fsutil.WriteTransaction` (each file atomic; an exception or Ctrl-C
-half-way undoes them all); nothing existing is overwritten
+half-way undoes them all); ``--force`` over a scaffold folder builds the new tree in a
+copy beside it and swaps it in by rename (:func:`porting_kit.fsutil.replace_tree`: the
+old tree survives whole until the new one is complete); nothing existing is overwritten
 without ``force`` (then a ``.bak`` is kept); output paths cannot leave the
 target directory. A manifest ``.porting-kit/scaffold-<model>.json`` records
 what was generated, for ``porting-kit validate --static``.
@@ -859,7 +861,7 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
         tree, existing differing files without ``force``, a path escaping the
         target directory.
     """
-    from porting_kit.fsutil import WriteTransaction
+    from porting_kit.fsutil import WriteTransaction, replace_tree
 
     check_model_type(opts.model_type)
     if (opts.out is None) == (opts.into is None):
@@ -943,18 +945,29 @@ def scaffold(opts: ScaffoldOptions) -> ScaffoldResult:
     if conflicts and not opts.force:
         raise InputError(f"{len(conflicts)} file(s) already exist with other content, e.g. {conflicts[0]}; "
                          "rerun with --force to replace them (a .bak copy of each is kept)")
-    # One transaction: an exception or Ctrl-C half-way leaves the tree as it was.
-    with WriteTransaction() as txn:
-        for f, target in todo:
-            existed = target.exists() and f.kind != "manifest"
-            txn.write_text(target, f.text, backup=existed)
-            if existed:
-                result.backed_up.append(f.path + ".bak*")
-            if f.kind != "manifest":
-                result.written.append(f.path)
-        for rel, new, _old in edits:
-            txn.write_text(_safe_target(root, rel), new)
-            result.registrations.append(rel)
+    def write_all(base: Path) -> None:
+        # One transaction: an exception or Ctrl-C half-way leaves ``base`` as it was.
+        with WriteTransaction() as txn:
+            for f, target in todo:
+                target = base / target.relative_to(root)
+                existed = target.exists() and f.kind != "manifest"
+                txn.write_text(target, f.text, backup=existed)
+                if existed:
+                    result.backed_up.append(f.path + ".bak*")
+                if f.kind != "manifest":
+                    result.written.append(f.path)
+            for rel, new, _old in edits:
+                txn.write_text(base / _safe_target(root, rel).relative_to(root), new)
+                result.registrations.append(rel)
+
+    if conflicts and not into:
+        # --force over a scaffold folder: the new tree is built in a copy beside it and swapped
+        # in by rename, so the old tree survives whole until the new one is complete (a Ctrl-C
+        # at any point leaves one or the other). --into writes in the user's framework checkout
+        # (a git work tree the shell may stand in): file by file, in one transaction.
+        replace_tree(root, write_all)
+    else:
+        write_all(root)
     result.manifest = manifest_rel
     result.notes += ctx["notes"] + port_notes
     if facts.auto_map and not opts.trust_remote_code and opts.framework == "vllm-omni":

@@ -40,6 +40,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from porting_kit.fsutil import MAX_DEPLOY_YAML_BYTES, read_input_text
+
 #: The LM config the stage models are built from (shrunk: seconds on 2 CPU cores).
 #: Head width 32: the smallest vLLM's CPU attention kernels take.
 TINY_LM = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
@@ -190,7 +192,7 @@ def _func_name(node: ast.expr) -> str | None:
 
 
 def _pipeline_stages(path: Path) -> list[dict[str, Any]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = ast.parse(read_input_text(path))
     stages = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) \
@@ -229,7 +231,8 @@ def _load_tree(root: Path, manifest: dict[str, Any]) -> _Tree:
             raise InputError(f"{root / rel} not found: the run tier needs the generated file "
                              "(regenerate the scaffold with porting-kit scaffold)")
     try:
-        deploy = yaml.safe_load((root / f"vllm_omni/deploy/{m}.yaml").read_text(encoding="utf-8")) or {}
+        deploy = yaml.safe_load(read_input_text(root / f"vllm_omni/deploy/{m}.yaml", max_bytes=MAX_DEPLOY_YAML_BYTES,
+                                                 what="deploy YAML")) or {}
         stages = _pipeline_stages(root / f"{models_dir}/pipeline.py")
     except (yaml.YAMLError, SyntaxError, ValueError) as exc:
         raise InputError(f"{root}: the deploy YAML or pipeline.py of {m} does not parse: {exc}") from exc

@@ -110,6 +110,7 @@ from typing import Any
 from porting_kit.adapters.vllm_omni.deploy_keys import MIN_MAX_NUM_SEQS
 from porting_kit.devices import cuda_missing
 from porting_kit.errors import InputError
+from porting_kit.fsutil import MAX_DEPLOY_YAML_BYTES, read_input_text
 from porting_kit.report.findings import Finding, Report, Where
 
 TIER_MARKERS = ("core_model", "advanced_model", "full_model")
@@ -137,7 +138,7 @@ def load_manifests(root: Path) -> list[dict[str, Any]]:
     out = []
     for p in paths:
         try:
-            out.append(json.loads(p.read_text(encoding="utf-8")))
+            out.append(json.loads(read_input_text(p)))
         except (OSError, json.JSONDecodeError) as exc:
             raise InputError(f"cannot read manifest {p}: {exc}") from None
     return out
@@ -149,7 +150,7 @@ def _yaml_with_lines(path: Path):
 
     try:
         return load_yaml_rt(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, InputError):
         raise
     except Exception as exc:  # noqa: BLE001 - ruamel raises many types
         raise ValueError(str(exc).splitlines()[0]) from None
@@ -187,7 +188,7 @@ def _calls(tree: ast.AST, func_name: str) -> list[ast.Call]:
 
 def _parse_py(root: Path, rel: str, findings: list[Finding]) -> ast.Module | None:
     try:
-        return ast.parse((root / rel).read_text(encoding="utf-8"), filename=rel)
+        return ast.parse(read_input_text(root / rel), filename=rel)
     except FileNotFoundError:
         findings.append(_f("scaffold.unparsable", "fail", f"{rel} is missing", rel))
     except SyntaxError as exc:
@@ -260,7 +261,7 @@ def check_deploy_yaml(root: Path, rel: str, schema, pipeline_ids: list[int] | No
     from porting_kit.adapters.vllm_omni.deploy_keys import deploy_key_problems
 
     try:
-        text = (root / rel).read_text(encoding="utf-8")
+        text = read_input_text(root / rel, max_bytes=MAX_DEPLOY_YAML_BYTES, what="deploy YAML")
         doc = _yaml_with_lines(root / rel)
     except FileNotFoundError:
         return [_f("scaffold.unparsable", "fail", f"{rel} is missing", rel)]
@@ -373,7 +374,7 @@ def check_registrations(root: Path, manifest: dict[str, Any]) -> list[Finding]:
     out = []
     for rel, needles in checks:
         path = root / rel
-        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        text = read_input_text(path) if path.exists() else ""
         for needle in needles:
             if needle not in text:
                 out.append(_f("scaffold.registration_missing", "fail", f"{rel} lacks `{needle.strip()}`", rel,
@@ -613,7 +614,8 @@ def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool
                          "stages: overrides through its resolver, compile_logical_processes) + strict field checks; "
                          f"{GPU_TIER_NOTE}", tier="real", version=why, skipped="gpu"))
         if not strict_failed:
-            plain = yaml.safe_load((root / yaml_rel).read_text(encoding="utf-8"))
+            plain = yaml.safe_load(read_input_text(root / yaml_rel, max_bytes=MAX_DEPLOY_YAML_BYTES,
+                                                   what="deploy YAML"))
             out += sglang_real_findings(so.real_load(root, manifest, plain))
     else:
         out.insert(0, _f("scaffold.tier", "skip", f"tier: stored schema sglang-omni {schema.get('version')} "

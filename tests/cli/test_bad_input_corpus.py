@@ -125,6 +125,67 @@ _FAULT_SPECS = {
 }
 
 
+#: Audio-only specs (issue 29, point 5): name -> body. ``V`` picks the bad input.
+_AUDIO_SPEC = """import numpy as np
+import torch
+V = {v!r}
+hop_length = 0 if V == "hop_zero" else 64
+def codes():
+    if V == "empty_codes":
+        return torch.zeros(4, 0, dtype=torch.long)
+    c = torch.randint(0, 8, (4, 10), generator=torch.Generator().manual_seed(0))
+    if V == "nan_codes":
+        c = c.float()
+        c[0, 3] = float("nan")
+    return c
+def _decode(c):
+    n = torch.as_tensor(c).shape[1] * 64
+    return (0.3 * torch.sin(torch.arange(n) * 0.1)).numpy().astype("float32")
+def decode_reference(c):
+    return (np.zeros(0, dtype="float32") if V == "empty_reference" else _decode(c)), 16000
+def decode_candidate(c):
+    return (np.zeros(0, dtype="float32") if V == "empty_candidate" else _decode(c)), 16000
+"""
+_AUDIO_BAD = {"empty_codes": (2, "empty tensor"), "empty_reference": (2, "empty clip"),
+              "hop_zero": (2, "hop length of 0"), "nan_codes": (2, "NaN/Inf"),
+              "empty_candidate": (1, "hop.length_mismatch"), "clean": (0, "hop.ok")}
+
+
+def _big_deploy_yaml(path: Path, size: int = 2_300_000) -> None:
+    """A syntactically valid deploy YAML of ``size`` bytes (thousands of stages)."""
+    stage = "  - stage_id: {i}\n    max_num_seqs: 8\n    engine_args:\n      max_model_len: 4096\n"
+    parts, n, i = ["stages:\n"], 8, 0
+    while n < size:
+        parts.append(stage.format(i=i))
+        n += len(parts[-1])
+        i += 1
+    path.write_text("".join(parts))
+
+
+def _scaffold_with_deploy(root: Path, kind: str) -> None:
+    """A scaffold folder ``sc`` whose deploy YAML is replaced by a FIFO or a 2.3 MB file."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["scaffold", "--framework", "vllm-omni", "--shape", "single-stage-ar", "--model-type",
+                     "tiny_tts", "--config", str(root / "config.json"), "--out", str(root / "sc")]) == 0
+    deploy = root / "sc" / "vllm_omni" / "deploy" / "tiny_tts.yaml"
+    deploy.unlink()
+    if kind == "fifo":
+        os.mkfifo(deploy)
+    else:
+        _big_deploy_yaml(deploy)
+
+
+_EXTRA = {
+    "scaffold_deploy_fifo": lambda root: _scaffold_with_deploy(root, "fifo"),
+    "scaffold_deploy_big": lambda root: _scaffold_with_deploy(root, "big"),
+    "big_yaml": lambda root: _big_deploy_yaml(root / "big_deploy.yaml"),
+    "project_tree": lambda root: (root / "pyproject.toml").write_text("[project]\nname = 'mine'\n"),
+}
+
+
 def _write_wav(path: Path, y, sr: int) -> None:
     import soundfile as sf
 
@@ -167,6 +228,8 @@ def _world(root: Path) -> None:
     (root / "bogus_cookie.py").write_bytes(b"# -*- coding: no-such-codec -*-\nx = 1\n")
     (root / "broken.py").write_text("def f(:\n")
     (root / "baseline_other.json").write_text('{"something": "else"}\n')
+    for v in _AUDIO_BAD:
+        (root / f"spec_audio_{v}.py").write_text(_AUDIO_SPEC.format(v=v), encoding="utf-8")
 
 
 # ------------------------------------------------------------------ the cases
@@ -214,6 +277,9 @@ def _cases() -> list[Case]:
              outputs=("out/",)),
         Case("check-clean-good-spec", ["check", "spec_good.py", "--only", "parity"], 0, "parity.ok"),
     ]
+    # check on audio-only specs: unusable codes / reference / hop are exit 2; an empty candidate is a finding
+    for v, (rc, needle) in _AUDIO_BAD.items():
+        c.append(Case(f"check-audio-{v}", ["check", f"spec_audio_{v}.py", "--only", "hop,channel"], rc, needle))
     # examples
     c += [Case("examples-extra-arg", ["examples", "extra"], 2, "extra"),
           Case("examples-ok", ["examples"], 0, "tts")]
@@ -248,10 +314,12 @@ def _cases() -> list[Case]:
         Case("baseline-record-out-file", ["baseline", "record", "--out", "notes.txt"], 2, "notes.txt"),
         Case("baseline-record-out-symlink", ["baseline", "record", "--out", "link.json"], 2, "symbolic link"),
         Case("baseline-record-out-fifo", ["baseline", "record", "--out", "fifo.json"], 2, "FIFO"),
-        Case("baseline-record-bad-spec", ["baseline", "record", "spec_syntax.py"], 2, "SyntaxError"),
+        Case("baseline-record-bad-spec", ["baseline", "record", "spec_syntax.py", "--out", "b"], 2, "SyntaxError"),
+        Case("baseline-record-no-out", ["baseline", "record"], 2, "--out", setup="project_tree"),
+        Case("baseline-record-no-out-spec", ["baseline", "record", "spec_good.py"], 2, "--out"),
         Case("baseline-record-no-audio-names", ["baseline", "record", "spec_good.py", "--out", "b"], 2,
              "cannot record"),
-        Case("baseline-record-example-unknown", ["baseline", "record", "--example", "nope"], 2,
+        Case("baseline-record-example-unknown", ["baseline", "record", "--example", "nope", "--out", "b"], 2,
              "unknown example"),
         Case("baseline-compare-none-recorded", ["baseline", "compare", "--out", "adir"], 2,
              "no baseline recorded"),
@@ -303,6 +371,7 @@ def _cases() -> list[Case]:
         Case("lint-fifo", ["lint", "fifo.py"], 0, "skipped fifo.py"),
         Case("lint-devzero", ["lint", "/dev/zero"], 0, "skipped /dev/zero"),
         Case("lint-bad-yaml", ["lint", "bad.yaml"], 1, "PKY000"),
+        Case("lint-big-yaml", ["lint", "big_deploy.yaml"], 0, "skipped big_deploy.yaml", setup="big_yaml"),
         Case("lint-clean", ["lint", "user_source.py"], 0, ""),
         Case("lint-list-rules", ["lint", "--list-rules"], 0, "PK101"),
     ]
@@ -347,6 +416,10 @@ def _cases() -> list[Case]:
         Case("validate-not-scaffold", ["validate", "--static", "adir"], 2, "adir"),
         Case("validate-fifo", ["validate", "--static", "fifo.json"], 2, "fifo.json"),
         Case("validate-no-args", ["validate"], 2, "validate"),
+        Case("validate-deploy-fifo", ["validate", "--static", "sc"], 2, "FIFO", setup="scaffold_deploy_fifo"),
+        Case("validate-deploy-fifo-all-tiers", ["validate", "sc"], 2, "FIFO", setup="scaffold_deploy_fifo"),
+        Case("validate-deploy-big", ["validate", "--static", "sc"], 2, "limit", setup="scaffold_deploy_big"),
+        Case("validate-big-yaml", ["validate", "big_deploy.yaml"], 2, "limit", setup="big_yaml"),
         Case("validate-unknown-option", ["validate", "--static", "adir", "--frob"], 2, "frob"),
     ]
     # nothing is ever written inside the installed package
@@ -429,6 +502,8 @@ def test_bad_input(case, tmp_path, capsys):
     root = tmp_path / "w"
     root.mkdir()
     _world(root)
+    if case.setup:
+        _EXTRA[case.setup](root)
     before = _snapshot(root)
     rc, out, err = _run(case, root, capsys)
     if "--debug" not in case.argv:  # --debug asks for the traceback
@@ -467,3 +542,29 @@ def test_audio_longer_than_the_cap_is_exit_2_before_reading(tmp_path, capsys):
     assert main(["audio", str(tmp_path / "long.wav"), str(tmp_path / "short.wav")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "long.wav" in err[0] and f"{MAX_AUDIO_SECONDS:.0f} s cap" in err[0]
+
+
+@pytest.mark.parametrize("argv", [["lint", "big_deploy.yaml"], ["validate", "big_deploy.yaml"],
+                                  ["validate", "--static", "sc"]], ids=["lint", "validate-yaml", "validate-scaffold"])
+def test_big_deploy_yaml_is_refused_fast(tmp_path, capsys, argv):
+    """Bounded work: a 2.3 MB deploy YAML (over a minute of CPU to parse) is refused from its size
+    in well under a second of work, with one line saying so; lint notes the skip."""
+    import time
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["TinyTTSForConditionalGeneration"], "model_type": "tiny_tts", "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256, "sampling_rate": 24000}))
+    _EXTRA["scaffold_deploy_big" if argv[-1] == "sc" else "big_yaml"](tmp_path)
+    capsys.readouterr()
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        t0 = time.process_time()
+        rc = main(argv)
+        cpu = time.process_time() - t0
+    finally:
+        os.chdir(old)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert cpu < 5.0, cpu
+    assert len(err) == 1 and "MiB" in err[0], err
+    assert rc == (0 if argv[0] == "lint" else 2)

@@ -86,3 +86,56 @@ def test_scipy_resample_and_codes_are_left_alone(tmp_path):
             return a, b, c
         """)
     assert (rc, out) == (0, "")
+
+
+#: (code, source): the rule must fire although a comment, a docstring or a message string names
+#: the word that silences it in code (rules read the AST, never the text; issue 29, point 4).
+PROSE_CASES = [
+    ("PK702", """
+        class Attention:
+            def __init__(self, config):
+                self.base = getattr(config, "rope_theta", 10000.0)  # TODO: rope_parameters
+                \"\"\"rope_parameters is transformers 5's home of the base.\"\"\"
+        """),
+    ("PK404", """
+        def stream_decode(decoder, codes, context_frames, upsample):
+            trim = context_frames * upsample  # causal decoder? latency? lookahead? (not checked)
+            wav = decoder(codes)[trim:]
+            return wav
+        """),
+    ("PK403", """
+        import torch
+        def code2wav(self, audio_codes):
+            safe = torch.clamp(audio_codes, max=self.codebook_size - 1)  # eos / lengths handled upstream?
+            return self.codec.decode(safe.unsqueeze(0), note="trim the eos frames later")
+        """),
+]
+
+
+@pytest.mark.parametrize("code,bad", PROSE_CASES, ids=[c[0] for c in PROSE_CASES])
+def test_prose_never_silences_a_rule(tmp_path, code, bad):
+    rc, out, path = _lint(tmp_path, bad)
+    lines = out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}:3:") and f" {code} " in lines[0], out
+
+
+def test_pk701_meta_hint_and_reinit_read_the_ast(tmp_path):
+    """A comment naming init_empty_weights is no meta-device build; a comment showing an outside
+    re-initialisation is none; a real PreTrainedModel subclass is one."""
+    body = textwrap.dedent("""
+        import torch
+        class Rope(torch.nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.register_buffer("inv_freq", torch.ones(dim), persistent=False)
+        """)
+    rc, out, _ = _lint(tmp_path, body + "# built with init_empty_weights(); model.rope.inv_freq = fresh\n")
+    assert (rc, out) == (0, "")
+    rc, out, path = _lint(tmp_path, body + "class MyPreTrainedModel(torch.nn.Module):\n    pass\n"
+                                          "class Model(MyPreTrainedModel):\n    pass\n"
+                                          "# model.rope.inv_freq = fresh (a comment, not code)\n")
+    assert rc == 1 and out.startswith(f"{path}:5:") and " PK701 " in out, out
+    rc, out, _ = _lint(tmp_path, body + "class Model(MyPreTrainedModel):\n"
+                                        "    def _init_weights(self, module):\n"
+                                        "        module.inv_freq = module.compute()\n")
+    assert (rc, out) == (0, "")

@@ -44,14 +44,14 @@ CASES = [
         class Code2Wav:
             def forward(self, codes, info):  # async_chunk: called once per chunk of a request
                 state = self._decoder_cache.pop(info["global_request_id"], None)
-                return self.codec.decode(codes, state)
+                return self.codec.decode(codes, state, first=info["chunk_id"] == 0)
         """, """
         class Code2Wav:
             def forward(self, codes, info):  # async_chunk: called once per chunk of a request
                 state = self._decoder_cache.get(info["global_request_id"])
                 if info.get("finished"):
                     self._decoder_cache.pop(info["global_request_id"], None)
-                return self.codec.decode(codes, state)
+                return self.codec.decode(codes, state, first=info["chunk_id"] == 0)
         """),
     ("PK403", """
         import torch
@@ -115,7 +115,8 @@ CASES = [
             return wav
         """, """
         def stream_decode(decoder, codes, context_frames, upsample):
-            trim = context_frames * upsample  # causal decoder: no lookahead, the left trim is exact
+            assert decoder.causal  # no lookahead: the left trim is exact
+            trim = context_frames * upsample
             wav = decoder(codes)[trim:]
             return wav
         """),
