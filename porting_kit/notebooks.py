@@ -187,3 +187,98 @@ def check(spec="tts", *, variant: str | None = None, only=None, device: str = "c
         report = run_check(spec, only=families, device=device, dtype=dtype, progress=progress)
         bar.update(len(families) - bar.n)
     return report
+
+
+@dataclass
+class MissingPackages:
+    """A walkthrough section that cannot run here: what it would show and the one command that enables it.
+
+    Displays itself (``_repr_markdown_`` in JupyterLab, ``str`` elsewhere); it is a note, not an
+    error, so the rest of the walkthrough runs.
+    """
+
+    missing: list[str]
+    shows: str
+    install: str
+
+    def __str__(self) -> str:
+        names = ", ".join(self.missing)
+        return (f"Skipped: this section shows {self.shows}. It needs {names}, not installed here; "
+                f"to enable it: {self.install}")
+
+    def _repr_markdown_(self) -> str:
+        names = ", ".join(f"`{m}`" for m in self.missing)
+        return (f"> **Skipped here** — this section shows {self.shows}.\n"
+                f"> It needs {names}, which is not installed. To enable it: `{self.install}`")
+
+
+def missing_packages(modules) -> list[str]:
+    """The names in ``modules`` (import names, e.g. ``"encodec"``) that cannot be imported here."""
+    import importlib.util
+
+    names = [modules] if isinstance(modules, str) else list(modules)
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+class optional_section:  # noqa: N801 - used as a statement: ``with optional_section(...):``
+    """Run a walkthrough section that needs an optional package; a short note instead when it is absent.
+
+    Parameters
+    ----------
+    needs : str or list of str
+        The import names the section needs (``"encodec"``, ``"ruff"``).
+    shows : str
+        What the section would show, as the end of "this section shows ...".
+    install : str
+        The one command that enables it (``"pip install 'porting-kit[examples]'"``).
+
+    Notes
+    -----
+    When every package in ``needs`` is importable the block runs as usual and any exception
+    propagates. When one is missing, a :class:`MissingPackages` note is displayed on entry, and an
+    :class:`~porting_kit.errors.InputError` or ``ImportError`` the block raises (the missing
+    package's own failure) is swallowed, so the notebook goes on with the next cell; any other
+    exception still propagates. ``section.available`` says which case it was.
+
+    Examples
+    --------
+    >>> with optional_section("encodec", shows="the real EnCodec pair",
+    ...                       install="pip install 'porting-kit[examples]'"):
+    ...     display(check("examples/encodec_pair.py"))                    # doctest: +SKIP
+    """
+
+    def __init__(self, needs, *, shows: str, install: str) -> None:
+        self.note = MissingPackages(missing_packages(needs), shows, install)
+        self.available = not self.note.missing
+
+    def __enter__(self) -> optional_section:
+        if not self.available:
+            _show(self.note)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.available or exc_type is None:
+            return False
+        return issubclass(exc_type, (InputError, ImportError))
+
+
+def _show(obj) -> None:
+    """``IPython.display.display`` in a kernel, ``print`` elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        print(obj)
+        return
+    if get_ipython() is None:
+        print(obj)
+    else:
+        display(obj)
