@@ -119,6 +119,15 @@ def _report_console(json_path: Path | None) -> Console:
     return err_console if json_path is not None and str(json_path) == "-" else console
 
 
+def _write_json(report, json_path: Path | None) -> None:
+    """``--json PATH``: write the report and say so on stderr, as ``--plot`` does (not for ``-``)."""
+    if not json_path:
+        return
+    report.write_json(json_path)
+    if str(json_path) != "-":
+        err_console.print(f"wrote {json_path}", markup=False, highlight=False, soft_wrap=True)
+
+
 def _exit(code: int) -> None:
     raise typer.Exit(code)
 
@@ -181,8 +190,7 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
                                only=only, device=device, dtype=dtype, tp=tp, trust_remote_code=trust_remote_code,
                                progress=lambda text: update(f"check: {text}"))
         print_report(report, _report_console(json_path))
-        if json_path:
-            report.write_json(json_path)
+        _write_json(report, json_path)
         if plot is not None:
             from porting_kit.report.plots import save_check_plots
 
@@ -238,8 +246,7 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
             report = compare_files(ref, cand, hop_length=hop_length, sample_rate=sample_rate, plot=plot,
                                    channels=channels)
         print_report(report, _report_console(json_path))
-        if json_path:
-            report.write_json(json_path)
+        _write_json(report, json_path)
         return report.exit_code
 
     _exit(_guard(body))
@@ -289,8 +296,7 @@ def baseline_compare(spec: Path | None = typer.Argument(None, help=_SPEC_HELP),
         with _progress("baseline: decoding the candidate's audio"):
             report = compare(str(spec) if spec else None, example=example, variant=variant, out_dir=out)
         print_report(report, _report_console(json_path))
-        if json_path:
-            report.write_json(json_path)
+        _write_json(report, json_path)
         return report.exit_code
 
     _exit(_guard(body))
@@ -495,8 +501,7 @@ def validate(path: Path | None = typer.Argument(None, metavar="PATH", show_defau
                               prefer_real=not stored_only, model_type=model_type)
         ran = ",".join(chosen) if chosen else "all"
         print_report(report, _report_console(json_path), title=f"porting-kit validate ({ran})")
-        if json_path:
-            report.write_json(json_path)
+        _write_json(report, json_path)
         return report.exit_code
 
     _exit(_guard(body))
@@ -515,6 +520,31 @@ def _usage_error_line(exc: Exception, prog_name: str) -> str | None:
     return f"{where}: {exc.format_message()} (see {where} --help)"
 
 
+def _blank_flag_metavars(command) -> None:
+    """Give every on/off flag of ``command`` and its subcommands an empty metavar.
+
+    Typer 0.29's help shows a ``<bool>`` type for flags that take no value (``--force <bool>``);
+    a flag's help line names the flag only. ``--help`` itself is built per context, so the
+    command's ``get_help_option`` is wrapped to blank it too.
+    """
+    for param in getattr(command, "params", ()):
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    if not getattr(command, "_pk_help_blanked", False):
+        plain = command.get_help_option
+
+        def get_help_option(ctx):
+            option = plain(ctx)
+            if option is not None and option.metavar is None:
+                option.metavar = ""
+            return option
+
+        command.get_help_option = get_help_option
+        command._pk_help_blanked = True
+    for sub in getattr(command, "commands", {}).values():
+        _blank_flag_metavars(sub)
+
+
 def _run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
     """Run ``typer_app`` on ``argv`` under :func:`_guard`; returns the exit code.
 
@@ -525,7 +555,9 @@ def _run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> 
 
     def invoke() -> int:
         try:
-            rc = typer_app(args=argv, prog_name=prog_name, standalone_mode=False)
+            command = typer.main.get_command(typer_app)
+            _blank_flag_metavars(command)
+            rc = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
             return rc if isinstance(rc, int) else 0
         except typer.Exit as exc:
             return exc.exit_code

@@ -344,4 +344,6 @@ def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | N
         for code in sorted(counts):
             print(f"{counts[code]:6d}  {code}  {RULES[code].summary}", file=out)
         print(f"{len(findings):6d}  total in {len(files)} file(s)", file=out)
+    elif not findings:  # a clean run says what it looked at (on stderr: stdout stays the findings)
+        print(f"no findings in {len(files)} file(s) checked", file=sys.stderr)
     return EXIT_FINDINGS if any(f.severity == "fail" for f in findings) else EXIT_OK

@@ -1122,13 +1122,25 @@ def _tier_skip(tier: str, reason: str) -> Finding:
     return Finding(family, f"{family}.skipped", "skip", reason, {"tier": tier})
 
 
+def _without_gpu_note(findings: list[Finding]) -> list[Finding]:
+    """The static tier's ``scaffold.tier`` finding without the "not part of --static" note: this run
+    includes the GPU tier (it was not limited to ``--static``)."""
+    for f in findings:
+        if f.code == "scaffold.tier":
+            f.message = f.message.replace(f"; {GPU_TIER_NOTE}", "")
+            skipped = [t for t in str(f.evidence.get("skipped", "")).split(",") if t and t != "gpu"]
+            f.evidence["skipped"] = ",".join(skipped)
+    return findings
+
+
 def _scaffold_tiers(root: Path, manifest: dict[str, Any], tiers: tuple[str, ...], *, prefer_real: bool,
                     spec: str | None, device: str | None) -> list[Finding]:
     out: list[Finding] = []
     sglang = manifest.get("framework") == "sglang-omni"
     for tier in tiers:
         if tier == "static":
-            out += _static_one(root, manifest, prefer_real)
+            out += _without_gpu_note(_static_one(root, manifest, prefer_real)) if "gpu" in tiers else \
+                _static_one(root, manifest, prefer_real)
         elif tier == "consistency":
             out += consistency_tier(root, manifest)
         elif tier == "run" and sglang:
