@@ -42,6 +42,8 @@ lint_app = typer.Typer(add_completion=False)
 console = Console(emoji=False)  # ":x:" in a device name or message must stay text
 err_console = Console(stderr=True, emoji=False)
 _DEBUG = {"on": False}
+#: Set while ``porting-kit-lint`` (the pre-commit hook) runs: silent on success, as hooks are.
+_HOOK = {"on": False}
 
 #: ``--framework`` / ``--shape`` choices (values as typed on the command line).
 Framework = Enum("Framework", {name.replace("-", "_"): name for name in FRAMEWORKS}, type=str)
@@ -349,7 +351,8 @@ def lint(paths: list[str] | None = typer.Argument(None, metavar="PATHS", show_de
         with _progress("lint") as update:  # the findings print after the last file: stop the line first
             return run(paths or [], select=select, ignore=ignore, baseline=baseline,
                        write_baseline=write_baseline, statistics=statistics, list_rules=list_rules,
-                       progress=lambda done, total: update(f"lint: {done}/{total} files", finished=done == total))
+                       progress=lambda done, total: update(f"lint: {done}/{total} files", finished=done == total),
+                       summary=not _HOOK["on"])
 
     _exit(_guard(body))
 
@@ -481,6 +484,10 @@ def validate(path: Path | None = typer.Argument(None, metavar="PATH", show_defau
                                               help="Use the stored schemas even when the framework imports."),
              model_type: str | None = typer.Option(None, "--model-type", metavar="NAME",
                                                    help="Only the scaffold of this model type."),
+             framework: Framework | None = typer.Option(None, "--framework", show_default=False,
+                                                        help="vllm-omni or sglang-omni: judge PATH by this "
+                                                             "framework (a single YAML: default from its keys; a "
+                                                             "folder the kit did not generate: needed)."),
              debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
     """Validate a scaffold or a deploy YAML tier by tier: static, consistency, run, gpu (skips say why)."""
     _DEBUG["on"] = _DEBUG["on"] or debug
@@ -498,7 +505,8 @@ def validate(path: Path | None = typer.Argument(None, metavar="PATH", show_defau
         chosen += [name for name, on in (("static", static), ("run", run)) if on and name not in chosen]
         check_output_path(json_path, inputs=[path])
         report = run_validate(path, chosen or None, spec=str(spec) if spec else None, device=device,
-                              prefer_real=not stored_only, model_type=model_type)
+                              prefer_real=not stored_only, model_type=model_type,
+                              framework=framework.value if framework is not None else None)
         ran = ",".join(chosen) if chosen else "all"
         print_report(report, _report_console(json_path), title=f"porting-kit validate ({ran})")
         _write_json(report, json_path)
@@ -605,7 +613,11 @@ def lint_main(argv: list[str] | None = None) -> int:
     int
         0 no finding, 1 findings, 2 the hook could not run (one line on stderr).
     """
-    return _run_app(lint_app, argv, "porting-kit-lint")
+    _HOOK["on"] = True
+    try:
+        return _run_app(lint_app, argv, "porting-kit-lint")
+    finally:
+        _HOOK["on"] = False
 
 
 if __name__ == "__main__":

@@ -550,28 +550,28 @@ def _sglang_graph_checks(tree: ast.Module, rel: str) -> list[Finding]:
     return out
 
 
-def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool = True) -> list[Finding]:
-    """Strict override checks + (when importable) SGLang-Omni's own validation and process plan."""
-    import yaml
+def check_sglang_overrides(overrides: dict, yaml_rel: str, schema: dict[str, Any],
+                           stage_names: list) -> list[Finding]:
+    """The strict key checks of an SGLang-Omni overrides YAML against its schema.
 
-    from porting_kit.adapters import sglang_omni as so
+    Parameters
+    ----------
+    overrides : dict
+        The YAML document (as ``_yaml_with_lines`` reads it: line numbers kept).
+    yaml_rel : str
+        Its name in messages.
+    schema : dict
+        SGLang-Omni's field lists (:func:`porting_kit.adapters.sglang_omni.stored_schema`).
+    stage_names : list
+        The stages its config.py defines (empty: unknown, not checked).
 
-    files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items()}
-    real, why = so.real_available() if prefer_real else (False, "real tier not requested")
-    schema = so.schema_from_package() if real else so.stored_schema()
+    Returns
+    -------
+    list of Finding
+        ``scaffold.unknown_deploy_key``, ``scaffold.unknown_stage_override``,
+        ``scaffold.topology_key_in_deploy`` (all ``fail``).
+    """
     out: list[Finding] = []
-    tree = _parse_py(root, files["config"], out)
-    _parse_py(root, files["stages"], out)
-    stage_names = []
-    if tree is not None:
-        stage_names = [_kw_const(c, "name") for fn in ("StageConfig", "EngineStageConfig") for c in _calls(tree, fn)]
-    yaml_rel = files["overrides"]
-    try:
-        overrides = _yaml_with_lines(root / yaml_rel)
-    except (FileNotFoundError, ValueError) as exc:
-        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel}: {exc}", yaml_rel)]
-    if not isinstance(overrides, dict):
-        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel} must be a mapping", yaml_rel)]
     allowed_stage = set(schema["stage_fields"]) - set(schema["topology_fields"])
     nested = {"engine": set(schema["engine_fields"]), "factory": set(schema["factory_fields"])}
     for key in overrides:
@@ -603,6 +603,32 @@ def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool
                         out.append(_f("scaffold.unknown_deploy_key", "fail",
                                       f"{yaml_rel}:{_line(value, sub)}: '{key}.{sub}' is not a "
                                       f"{key.capitalize()}Args field", yaml_rel, key=f"{key}.{sub}"))
+    return out
+
+
+def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool = True) -> list[Finding]:
+    """Strict override checks + (when importable) SGLang-Omni's own validation and process plan."""
+    import yaml
+
+    from porting_kit.adapters import sglang_omni as so
+
+    files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items()}
+    real, why = so.real_available() if prefer_real else (False, "real tier not requested")
+    schema = so.schema_from_package() if real else so.stored_schema()
+    out: list[Finding] = []
+    tree = _parse_py(root, files["config"], out)
+    _parse_py(root, files["stages"], out)
+    stage_names = []
+    if tree is not None:
+        stage_names = [_kw_const(c, "name") for fn in ("StageConfig", "EngineStageConfig") for c in _calls(tree, fn)]
+    yaml_rel = files["overrides"]
+    try:
+        overrides = _yaml_with_lines(root / yaml_rel)
+    except (FileNotFoundError, ValueError) as exc:
+        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel}: {exc}", yaml_rel)]
+    if not isinstance(overrides, dict):
+        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel} must be a mapping", yaml_rel)]
+    out += check_sglang_overrides(overrides, yaml_rel, schema, stage_names)
     strict_failed = any(f.status == "fail" for f in out)
     if real:
         out.insert(0, _f("scaffold.tier", "pass", f"tier: real SGLang-Omni {why} (PipelineConfig validation, "
@@ -969,6 +995,93 @@ def _side_config(path: Path) -> str | None:
     return None
 
 
+def yaml_framework(path: Path) -> str | None:
+    """The framework a single YAML belongs to, from its keys: ``"sglang-omni"`` (``config_cls``, or
+    ``stages:`` keyed by stage name), ``"vllm-omni"`` (``stages:`` a list, or vLLM-Omni deploy keys),
+    None when it says neither (unreadable, or no key of either)."""
+    from porting_kit.adapters.vllm_omni import schema as vo
+    from porting_kit.adapters.vllm_omni.deploy_keys import is_deploy_doc
+
+    try:
+        doc = _yaml_with_lines(path)
+    except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if "config_cls" in doc or isinstance(doc.get("stages"), dict):
+        return "sglang-omni"
+    if isinstance(doc.get("stages"), list) or is_deploy_doc(doc, vo.load_schema().top_level):
+        return "vllm-omni"
+    return None
+
+
+def _sglang_config_py(path: Path, config_cls: str) -> Path | None:
+    """The ``config.py`` of the same SGLang-Omni tree that defines ``class <config_cls>`` (the YAML's
+    folder and its parent, searched a few levels down), or None."""
+    import re
+
+    pattern = re.compile(rf"^class\s+{re.escape(config_cls)}\b", re.M)
+    seen = 0
+    for base in (path.parent, path.parent.parent):
+        for cand in sorted(base.glob("**/config.py")):
+            seen += 1
+            if seen > 200:
+                return None
+            try:
+                if pattern.search(cand.read_text(encoding="utf-8", errors="replace")):
+                    return cand
+            except OSError:
+                continue
+    return None
+
+
+def sglang_file_static(path: Path) -> list[Finding]:
+    """The static tier of one SGLang-Omni overrides YAML, judged by SGLang-Omni's schema.
+
+    Its ``config_cls`` names the pipeline config; when a ``config.py`` of the same tree defines
+    that class, the stage names are read from it and every override must name one of them.
+
+    Parameters
+    ----------
+    path : Path
+        An SGLang-Omni overrides YAML (``config_cls``, ``stages:`` keyed by stage name).
+
+    Returns
+    -------
+    list of Finding
+        ``scaffold.tier`` (the stored schema: a single file is never loaded by the real
+        framework), ``scaffold.*`` key findings, ``scaffold.ok`` when none failed.
+    """
+    from porting_kit.adapters import sglang_omni as so
+
+    rel = path.name
+    schema = so.stored_schema()
+    try:
+        doc = _yaml_with_lines(path)
+    except (FileNotFoundError, ValueError) as exc:
+        return [_f("scaffold.unparsable", "fail", f"{rel}: {exc}", rel)]
+    if not isinstance(doc, dict):
+        return [_f("scaffold.unparsable", "fail", f"{rel} must be a mapping", rel)]
+    out = [_f("scaffold.tier", "skip", f"tier: stored schema sglang-omni {schema.get('version')} "
+              f"({so.SCHEMA_FILE.name}) for the single file {rel}; the real framework loads a scaffold "
+              "folder (porting-kit validate DIR)", rel, tier="stored", version=schema.get("version"),
+              skipped="real")]
+    stage_names: list = []
+    config_py = _sglang_config_py(path, str(doc["config_cls"])) if isinstance(doc.get("config_cls"), str) else None
+    if config_py is not None:
+        tree = _parse_py(config_py.parent, config_py.name, out)
+        if tree is not None:
+            stage_names = [_kw_const(c, "name") for fn in ("StageConfig", "EngineStageConfig")
+                           for c in _calls(tree, fn)]
+    out += check_sglang_overrides(doc, rel, schema, [n for n in stage_names if n])
+    if not any(f.status == "fail" for f in out):
+        note = (f"stage names read from {config_py}" if config_py is not None
+                else "no config.py of its tree defines its config_cls: keys only")
+        out.append(_f("scaffold.ok", "pass", f"{rel}: SGLang-Omni overrides YAML passed static validation "
+                      f"({note})", rel, framework="sglang-omni", config_py=str(config_py or "")))
+    return out
+
+
 def deploy_file_static(path: Path) -> list[Finding]:
     """The static tier of one deploy YAML: lint's key facts (one verdict), and, when a pipeline.py
     of the same vLLM-Omni tree names it, stage ids the pipeline lacks (``base_config`` followed).
@@ -1153,14 +1266,22 @@ def _scaffold_tiers(root: Path, manifest: dict[str, Any], tiers: tuple[str, ...]
     return out
 
 
-def _yaml_tiers(path: Path, tiers: tuple[str, ...], *, spec: str | None) -> list[Finding]:
+def _yaml_tiers(path: Path, tiers: tuple[str, ...], *, spec: str | None,
+                framework: str | None = None) -> list[Finding]:
     out: list[Finding] = []
-    side = _side_config(path)
+    framework = framework or yaml_framework(path) or "vllm-omni"
+    side = _side_config(path) if framework == "vllm-omni" else None
     for tier in tiers:
         if tier in ("static", "consistency") and side:
             out.append(_tier_skip(tier, side))
+        elif tier == "static" and framework == "sglang-omni":
+            out += sglang_file_static(path)
         elif tier == "static":
             out += deploy_file_static(path)
+        elif tier == "consistency" and framework == "sglang-omni":
+            out.append(_tier_skip("consistency", f"{path.name} is an SGLang-Omni overrides YAML: what it "
+                                                 "overrides is checked by the static tier; the cross-file tier "
+                                                 "needs the scaffold folder"))
         elif tier == "consistency":
             out += deploy_file_consistency(path)
         elif tier == "run":
@@ -1172,7 +1293,8 @@ def _yaml_tiers(path: Path, tiers: tuple[str, ...], *, spec: str | None) -> list
 
 
 def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None = None, spec: str | None = None,
-             device: str | None = None, *, prefer_real: bool = True, model_type: str | None = None) -> Report:
+             device: str | None = None, *, prefer_real: bool = True, model_type: str | None = None,
+             framework: str | None = None) -> Report:
     """Validate a scaffold folder or a single deploy YAML, tier by tier.
 
     The one library call behind ``porting-kit validate``, its ``--json`` and the
@@ -1205,6 +1327,9 @@ def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None =
         Static tier: use the real framework when it imports.
     model_type : str or None
         Only the scaffold of this model type (scaffold folders).
+    framework : str or None
+        ``"vllm-omni"`` or ``"sglang-omni"``. A single YAML is judged by the framework it
+        belongs to: this one when given, else the one its keys say (:func:`yaml_framework`).
 
     Returns
     -------
@@ -1224,7 +1349,9 @@ def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None =
         chosen = parse_tiers(",".join(tiers))
     p = Path(path).expanduser().resolve()
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        findings = _yaml_tiers(p, chosen or YAML_TIERS, spec=spec)
+        if framework is not None and framework not in ("vllm-omni", "sglang-omni"):
+            raise InputError(f"--framework takes vllm-omni or sglang-omni; got {framework!r}")
+        findings = _yaml_tiers(p, chosen or YAML_TIERS, spec=spec, framework=framework)
     elif p.is_file():
         raise InputError(f"{p} is neither a scaffold folder nor a deploy YAML (.yaml/.yml)")
     elif not p.exists():
