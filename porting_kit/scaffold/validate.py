@@ -129,7 +129,8 @@ def load_manifests(root: Path) -> list[dict[str, Any]]:
     paths = sorted((root / MANIFEST_DIR).glob("scaffold-*.json"))
     if not paths:
         raise InputError(f"{root} has no {MANIFEST_DIR}/scaffold-*.json: not a porting-kit scaffold "
-                         "(generate one with porting-kit scaffold)")
+                         "(generate one with porting-kit scaffold, or validate a port the kit did not write "
+                         "with --framework vllm-omni)")
     out = []
     for p in paths:
         try:
@@ -296,7 +297,12 @@ def check_adapter(root: Path, rel: str, model_type: str, entry_stage: str | None
                and any("register_tts_adapter" in ast.unparse(d) for d in n.decorator_list)]
     if not classes:
         return [_f("scaffold.adapter_missing_stage_keys", "fail", f"{rel}: no @register_tts_adapter class", rel)]
-    cls = classes[0]
+    def keys_of(c: ast.ClassDef) -> set[str]:
+        return {k.value for n in c.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", "") == "stage_keys" for t in n.targets)
+                for k in ast.walk(n.value) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+
+    cls = next((c for c in classes if entry_stage in keys_of(c)), classes[0])  # a file may register several
     attrs: dict[str, Any] = {}
     for node in cls.body:
         if isinstance(node, ast.Assign):
@@ -337,7 +343,8 @@ def check_adapter(root: Path, rel: str, model_type: str, entry_stage: str | None
 
 def check_processors(root: Path, manifest: dict[str, Any], tree: ast.Module) -> list[Finding]:
     """Every ``vllm_omni.model_executor.stage_input_processors.<m>.<func>`` named in pipeline.py exists."""
-    m = manifest["model_type"]
+    procs = [v for k, v in manifest["files"].items() if k.startswith("processor:")]
+    m = Path(procs[0]).stem if procs else manifest["model_type"]  # a port the kit did not write names its own
     prefix = f"vllm_omni.model_executor.stage_input_processors.{m}"
     rel = f"vllm_omni/model_executor/stage_input_processors/{m}.py"
     text = ast.unparse(tree)
@@ -463,14 +470,18 @@ def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool =
     stages = pipeline_stages(tree) if tree is not None else []
     ids = [s.get("stage_id") for s in stages] if stages else None
     entry = next((s.get("model_stage") for s in stages if not s.get("input_sources")), manifest.get("entry_stage"))
+    if manifest.get("mode") == "found":  # a pipeline.py may hold several pipelines: this one's stages
+        ids, entry = manifest["stage_ids"], manifest["entry_stage"]
+        stages = ids
     out += check_deploy_yaml(root, files["deploy"], schema, ids, single_stage=len(stages) <= 1)
-    out += check_adapter(root, files["adapter"], manifest["model_type"], entry)
+    if "adapter" in files:
+        out += check_adapter(root, files["adapter"], manifest["model_type"], entry)
     if tree is not None:
         out += check_processors(root, manifest, tree)
     for rel in tests:
         out += check_test_markers(root, rel)
     for rel in [v for k, v in manifest["files"].items() if v.endswith(".py")]:
-        if rel not in (files["pipeline"], files["adapter"]) and rel not in tests:
+        if rel not in (files["pipeline"], files.get("adapter")) and rel not in tests:
             _parse_py(root, rel, out)
     if manifest.get("mode") == "into":
         out += check_registrations(root, manifest)
@@ -778,10 +789,13 @@ def check_connectors(deploy, deploy_rel: str, pipeline_ids: list[int] | None,
         if isinstance(extra, dict):
             for k in extra:
                 extra_keys.setdefault(str(k), xf.Site(deploy_rel, xf.yaml_line(extra, k)))
+    read_keys = {r.key for r in processor_reads}
     for read in processor_reads:
         if read.key in extra_keys or not extra_keys:
             continue
         close = difflib.get_close_matches(read.key, list(extra_keys), n=1, cutoff=0.75)
+        if close and close[0] in read_keys:
+            continue  # the deploy's key is read too: the other one is a setting of its own, not a misspelling
         if close:
             w = extra_keys[close[0]]
             out.append(_c("consistency.key_mismatch", "fail",
@@ -1292,6 +1306,92 @@ def _yaml_tiers(path: Path, tiers: tuple[str, ...], *, spec: str | None,
     return out
 
 
+def _found_static(root: Path, manifest: dict[str, Any]) -> list[Finding]:
+    """The static tier of a model folder the kit did not generate (``"mode": "found"``).
+
+    The same checks as a scaffold's (deploy keys against the schema, pipeline vs deploy stage
+    ids, adapter contract, processors named exist, every file parses) against the stored schema,
+    less the kit's own conventions: an adapter's ``name`` need not be the model type (routing is
+    by ``stage_keys``). The real loader runs on scaffolds only.
+    """
+    from porting_kit.adapters.vllm_omni import schema as vo
+
+    by_arch = manifest.get("adapter_matched_by") == "model_archs"  # routed by model_archs, not stage_keys
+    part = [f for f in validate_vllm_omni(root, manifest, prefer_real=False)
+            if f.code != "scaffold.adapter_name_mismatch"
+            and not (by_arch and f.code == "scaffold.adapter_missing_stage_keys")]
+    for f in part:
+        if f.code == "scaffold.tier":
+            f.message = (f"tier: stored schema vllm-omni {vo.load_schema().version} ({vo.SCHEMA_FILE.name}) on "
+                         f"{manifest['folder']}, a model folder porting-kit did not generate (facts read from its "
+                         f"files); {GPU_TIER_NOTE}")
+            f.evidence["reason"] = "a port the kit did not generate: the real loader runs on scaffolds"
+    if not any(f.status == "fail" for f in part):
+        part.append(_f("scaffold.ok", "pass", f"vllm-omni model folder {manifest['folder']} "
+                       f"({manifest['model_type']}, {len(manifest['stage_ids'])} stage(s)) passed static validation",
+                       tier="stored", model_type=manifest["model_type"]))
+    return part
+
+
+def _found_consistency(root: Path, manifest: dict[str, Any]) -> list[Finding]:
+    """The consistency tier of a model folder the kit did not generate: connectors and stage edges
+    (with what its processors read), stage-0 stop ids of pipeline.py vs the deploy YAML, and every
+    request field the adapter forwards read by some file of the model folder or its processors."""
+    from porting_kit.scaffold import crossfile as xf
+
+    files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items() if not k.startswith(("model:", "processor:"))}
+    models = [v for k, v in manifest["files"].items() if k.startswith("model:")]
+    procs = [v for k, v in manifest["files"].items() if k.startswith("processor:")]
+    out: list[Finding] = []
+    checked = ["stop ids"]
+    ids = manifest["stage_ids"]
+    reads = []
+    for proc in procs:
+        tree = _tree(root, proc)
+        reads += xf.connector_extra_reads(tree, proc) if tree is not None else []
+    if "deploy" in files:
+        try:
+            deploy = xf.resolve_deploy(root / files["deploy"])
+        except ValueError:
+            deploy = None  # the static tier reports an unreadable deploy YAML
+        if deploy is not None:
+            out += check_connectors(deploy, files["deploy"], ids, reads)
+            checked.append("connectors")
+        out += check_stop_ids(root, manifest, files["pipeline"], None, files["deploy"])
+    if "adapter" in files and models:
+        # only what it can prove in hand-written code: a field forwarded under a key no file reads
+        # (an adapter may turn a field into prompt embeddings or a speaker choice instead of forwarding it)
+        out += [f for f in check_fields_reach_stage(root, files["adapter"], models + procs) if "key" in f.evidence]
+        checked.append("request fields")
+    if not any(f.status == "fail" for f in out):
+        out.append(Finding("consistency", "consistency.ok", "pass",
+                           f"{manifest['folder']}: its files agree ({', '.join(checked)})",
+                           {"checked": ", ".join(checked), "model_type": manifest["model_type"]}))
+    return out
+
+
+def _found_tiers(root: Path, manifest: dict[str, Any], tiers: tuple[str, ...], *, spec: str | None) -> list[Finding]:
+    out: list[Finding] = []
+    for tier in tiers:
+        if tier == "static":
+            out += _found_static(root, manifest)
+        elif tier == "consistency":
+            out += _found_consistency(root, manifest)
+        elif tier == "run":
+            out.append(_tier_skip("run", f"{manifest['folder']} was not generated by porting-kit: the run tier drives "
+                                         "generated stage models through their seam; run the model's own tests "
+                                         "in a vLLM-Omni checkout"))
+        elif tier == "gpu":
+            out += gpu_tier(None, None, spec=spec)
+    return out
+
+
+def _has_manifest(p: Path) -> bool:
+    from porting_kit.scaffold.generate import MANIFEST_DIR
+
+    return any((p / MANIFEST_DIR).glob("scaffold-*.json"))
+
+
 def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None = None, spec: str | None = None,
              device: str | None = None, *, prefer_real: bool = True, model_type: str | None = None,
              framework: str | None = None) -> Report:
@@ -1356,6 +1456,17 @@ def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None =
         raise InputError(f"{p} is neither a scaffold folder nor a deploy YAML (.yaml/.yml)")
     elif not p.exists():
         raise InputError(f"{p} not found (pass a scaffold folder or a deploy YAML)")
+    elif not _has_manifest(p) and framework == "vllm-omni":
+        from porting_kit.scaffold.discover import discover_vllm_omni
+
+        findings = []
+        root, manifests = discover_vllm_omni(p, model_type)
+        for manifest in manifests:
+            findings += _found_tiers(root, manifest, chosen or TIERS, spec=spec)
+    elif not _has_manifest(p) and framework == "sglang-omni":
+        raise InputError(f"{p}: a SGLang-Omni port porting-kit did not generate: validate its overrides YAML "
+                         "(porting-kit validate FILE.yaml --framework sglang-omni); folder discovery covers "
+                         "vLLM-Omni trees")
     else:
         findings = []
         for manifest in _select_manifests(p, model_type):
