@@ -190,7 +190,8 @@ def check(spec="tts", *, variant: str | None = None, only=None, device: str = "c
     except BaseException:
         bar.close(f"checks of {spec.name}: stopped at {started[-1] if started else 'the start'}")
         raise
-    bar.close(f"checks of {spec.name}: {len(families)} families in {time.perf_counter() - t0:.1f} s")
+    n = len(families)
+    bar.close(f"checks of {spec.name}: {n} {'family' if n == 1 else 'families'} in {time.perf_counter() - t0:.1f} s")
     return report
 
 

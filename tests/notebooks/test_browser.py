@@ -151,8 +151,14 @@ def lab(notebook_venv, tmp_path_factory):
 WIDGET_ERROR = ("Error displaying widget", "model not found")
 
 
+def _url(base: str, token: str, name: str) -> str:
+    """The notebook alone in a workspace of its own, reset: no tab of another walkthrough is restored
+    (Run All Cells acts on the active tab)."""
+    return f"{base}/lab/workspaces/{Path(name).stem}/tree/{name}?token={token}&reset"
+
+
 def _run_all(page, base: str, token: str, name: str, n_code: int) -> None:
-    page.goto(f"{base}/lab/tree/{name}?token={token}", timeout=120_000)
+    page.goto(_url(base, token, name), timeout=120_000)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     # the kernel has started (the status bar names it and says Idle), then Run > Run All Cells
     page.wait_for_function(_KERNEL_IDLE, timeout=180_000, polling=500)
@@ -200,7 +206,7 @@ def test_walkthrough_runs_saves_and_reopens_clean_in_jupyterlab(lab, tmp_path, n
             # reopen the saved notebook in a fresh page: what a user sees the next day
             page.close()
             again = context.new_page()
-            again.goto(f"{base}/lab/tree/{name}?token={token}", timeout=120_000)
+            again.goto(_url(base, token, name), timeout=120_000)
             again.wait_for_selector(".jp-Notebook .jp-Cell .jp-OutputArea-output", timeout=120_000)
             again.wait_for_timeout(3000)  # widget views resolve (or fail) asynchronously
             text = again.locator(".jp-Notebook").inner_text()
