@@ -42,6 +42,8 @@ lint_app = typer.Typer(add_completion=False)
 console = Console(emoji=False)  # ":x:" in a device name or message must stay text
 err_console = Console(stderr=True, emoji=False)
 _DEBUG = {"on": False}
+#: Set while ``porting-kit-lint`` (the pre-commit hook) runs: silent on success, as hooks are.
+_HOOK = {"on": False}
 
 #: ``--framework`` / ``--shape`` choices (values as typed on the command line).
 Framework = Enum("Framework", {name.replace("-", "_"): name for name in FRAMEWORKS}, type=str)
@@ -119,6 +121,15 @@ def _report_console(json_path: Path | None) -> Console:
     return err_console if json_path is not None and str(json_path) == "-" else console
 
 
+def _write_json(report, json_path: Path | None) -> None:
+    """``--json PATH``: write the report and say so on stderr, as ``--plot`` does (not for ``-``)."""
+    if not json_path:
+        return
+    report.write_json(json_path)
+    if str(json_path) != "-":
+        err_console.print(f"wrote {json_path}", markup=False, highlight=False, soft_wrap=True)
+
+
 def _exit(code: int) -> None:
     raise typer.Exit(code)
 
@@ -181,8 +192,7 @@ def check(spec: Path | None = typer.Argument(None, help="Port spec .py file (def
                                only=only, device=device, dtype=dtype, tp=tp, trust_remote_code=trust_remote_code,
                                progress=lambda text: update(f"check: {text}"))
         print_report(report, _report_console(json_path))
-        if json_path:
-            report.write_json(json_path)
+        _write_json(report, json_path)
         if plot is not None:
             from porting_kit.report.plots import save_check_plots
 
@@ -238,8 +248,7 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
             report = compare_files(ref, cand, hop_length=hop_length, sample_rate=sample_rate, plot=plot,
                                    channels=channels)
         print_report(report, _report_console(json_path))
-        if json_path:
-            report.write_json(json_path)
+        _write_json(report, json_path)
         return report.exit_code
 
     _exit(_guard(body))
@@ -331,8 +340,7 @@ def baseline_compare(spec: Path | None = typer.Argument(None, help=_SPEC_HELP),
         with _progress("baseline: decoding the candidate's audio"):
             report = compare(str(spec) if spec else None, example=example, variant=variant, out_dir=out)
         print_report(report, _report_console(json_path))
-        if json_path:
-            report.write_json(json_path)
+        _write_json(report, json_path)
         return report.exit_code
 
     _exit(_guard(body))
@@ -385,7 +393,8 @@ def lint(paths: list[str] | None = typer.Argument(None, metavar="PATHS", show_de
         with _progress("lint") as update:  # the findings print after the last file: stop the line first
             return run(paths or [], select=select, ignore=ignore, baseline=baseline,
                        write_baseline=write_baseline, statistics=statistics, list_rules=list_rules,
-                       progress=lambda done, total: update(f"lint: {done}/{total} files", finished=done == total))
+                       progress=lambda done, total: update(f"lint: {done}/{total} files", finished=done == total),
+                       summary=not _HOOK["on"])
 
     _exit(_guard(body))
 
@@ -539,6 +548,10 @@ def validate(path: Path | None = typer.Argument(None, metavar="PATH", show_defau
                                               help="Use the stored schemas even when the framework imports."),
              model_type: str | None = typer.Option(None, "--model-type", metavar="NAME",
                                                    help="Only the scaffold of this model type."),
+             framework: Framework | None = typer.Option(None, "--framework", show_default=False,
+                                                        help="vllm-omni or sglang-omni: judge PATH by this "
+                                                             "framework (a single YAML: default from its keys; a "
+                                                             "folder the kit did not generate: needed)."),
              debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
     """Validate a scaffold or a deploy YAML tier by tier: static, consistency, run, gpu (skips say why)."""
     _DEBUG["on"] = _DEBUG["on"] or debug
@@ -556,11 +569,11 @@ def validate(path: Path | None = typer.Argument(None, metavar="PATH", show_defau
         chosen += [name for name, on in (("static", static), ("run", run)) if on and name not in chosen]
         check_output_path(json_path, inputs=[path])
         report = run_validate(path, chosen or None, spec=str(spec) if spec else None, device=device,
-                              prefer_real=not stored_only, model_type=model_type)
+                              prefer_real=not stored_only, model_type=model_type,
+                              framework=framework.value if framework is not None else None)
         ran = ",".join(chosen) if chosen else "all"
         print_report(report, _report_console(json_path), title=f"porting-kit validate ({ran})")
-        if json_path:
-            report.write_json(json_path)
+        _write_json(report, json_path)
         return report.exit_code
 
     _exit(_guard(body))
@@ -579,6 +592,31 @@ def _usage_error_line(exc: Exception, prog_name: str) -> str | None:
     return f"{where}: {exc.format_message()} (see {where} --help)"
 
 
+def _blank_flag_metavars(command) -> None:
+    """Give every on/off flag of ``command`` and its subcommands an empty metavar.
+
+    Typer 0.29's help shows a ``<bool>`` type for flags that take no value (``--force <bool>``);
+    a flag's help line names the flag only. ``--help`` itself is built per context, so the
+    command's ``get_help_option`` is wrapped to blank it too.
+    """
+    for param in getattr(command, "params", ()):
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    if not getattr(command, "_pk_help_blanked", False):
+        plain = command.get_help_option
+
+        def get_help_option(ctx):
+            option = plain(ctx)
+            if option is not None and option.metavar is None:
+                option.metavar = ""
+            return option
+
+        command.get_help_option = get_help_option
+        command._pk_help_blanked = True
+    for sub in getattr(command, "commands", {}).values():
+        _blank_flag_metavars(sub)
+
+
 def _run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
     """Run ``typer_app`` on ``argv`` under :func:`_guard`; returns the exit code.
 
@@ -589,7 +627,9 @@ def _run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> 
 
     def invoke() -> int:
         try:
-            rc = typer_app(args=argv, prog_name=prog_name, standalone_mode=False)
+            command = typer.main.get_command(typer_app)
+            _blank_flag_metavars(command)
+            rc = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
             return rc if isinstance(rc, int) else 0
         except typer.Exit as exc:
             return exc.exit_code
@@ -637,7 +677,11 @@ def lint_main(argv: list[str] | None = None) -> int:
     int
         0 no finding, 1 findings, 2 the hook could not run (one line on stderr).
     """
-    return _run_app(lint_app, argv, "porting-kit-lint")
+    _HOOK["on"] = True
+    try:
+        return _run_app(lint_app, argv, "porting-kit-lint")
+    finally:
+        _HOOK["on"] = False
 
 
 if __name__ == "__main__":

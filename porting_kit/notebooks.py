@@ -2,9 +2,12 @@
 
 :func:`spec_from_parameter` reads a walkthrough's ``SPEC`` / ``VARIANT``
 parameters (an embedded example name, ``example:variant``, or a spec path);
-:func:`check` is :func:`porting_kit.runner.run_check` with a ``tqdm.auto``
-progress bar over the families (a widget in JupyterLab when ipywidgets is
-installed, a text bar elsewhere). Neither decides a verdict.
+:func:`check` is :func:`porting_kit.runner.run_check` with a progress line over the
+families (in a kernel a plain-text output updated in place and replaced by a one-line
+summary when done, so a saved notebook reopens with no widget error; a ``tqdm`` text bar
+elsewhere); :class:`optional_section` runs a section that needs an optional package, or
+shows a note saying what it would show and the one command that enables it. None decides
+a verdict.
 
 The walkthroughs (``notebooks/*.ipynb``) and the example specs they point at
 (``examples/*.py``, so that ``SPEC = "examples/llama_meta.py"`` works from DIR)
@@ -164,7 +167,7 @@ def check(spec="tts", *, variant: str | None = None, only=None, device: str = "c
     InputError
         The checks could not run (bad spec, weights that cannot be loaded, unknown family).
     """
-    from tqdm.auto import tqdm
+    import time
 
     from porting_kit.runner import parse_only, run_check
     from porting_kit.spec import Spec
@@ -172,18 +175,167 @@ def check(spec="tts", *, variant: str | None = None, only=None, device: str = "c
     if not isinstance(spec, Spec):
         spec = spec_from_parameter(spec, variant)
     families = parse_only(only)
-    with tqdm(total=len(families), desc=f"checks of {spec.name}", unit="family",
-              leave=False) as bar:
-        started: list[str] = []
+    bar = _progress_bar(len(families), f"checks of {spec.name}")
+    started: list[str] = []
+    t0 = time.perf_counter()
 
-        def progress(text: str) -> None:
-            family = text.split(":", 1)[0]  # "parity" as a family starts, "parity: loading weights" within
-            if family in families and family not in started:
-                if started:
-                    bar.update(1)
-                started.append(family)
-            bar.set_postfix_str(text, refresh=True)
+    def progress(text: str) -> None:
+        family = text.split(":", 1)[0]  # "parity" as a family starts, "parity: loading weights" within
+        if family in families and family not in started:
+            started.append(family)
+        bar.show(max(len(started) - 1, 0), text)
 
+    try:
         report = run_check(spec, only=families, device=device, dtype=dtype, progress=progress)
-        bar.update(len(families) - bar.n)
+    except BaseException:
+        bar.close(f"checks of {spec.name}: stopped at {started[-1] if started else 'the start'}")
+        raise
+    n = len(families)
+    bar.close(f"checks of {spec.name}: {n} {'family' if n == 1 else 'families'} in {time.perf_counter() - t0:.1f} s")
     return report
+
+
+class _progress_bar:  # noqa: N801 - a private helper, named as the thing it shows
+    """A progress line that leaves nothing a saved notebook cannot show again.
+
+    In a kernel: one ``text/plain`` output updated in place through a display id (no ipywidgets
+    widget, whose state a saved notebook does not keep: reopened, it would read "Error
+    displaying widget: model not found"), replaced by a one-line summary when done. Elsewhere:
+    a ``tqdm`` text bar on stderr, removed when done.
+    """
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc = total, desc
+        self.handle = self.bar = None
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            get_ipython = None  # noqa: N806
+        if get_ipython is not None and getattr(get_ipython(), "kernel", None) is not None:
+            self.handle = display(_Plain(self._line(0, "")), display_id=True)
+        else:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="family", leave=False)
+
+    def _line(self, done: int, text: str) -> str:
+        return f"{self.desc}: {done}/{self.total} families" + (f" ({text})" if text else "")
+
+    def show(self, done: int, text: str) -> None:
+        if self.handle is not None:
+            self.handle.update(_Plain(self._line(done, text)))
+        elif self.bar is not None:
+            self.bar.update(done - self.bar.n)
+            self.bar.set_postfix_str(text, refresh=True)
+
+    def close(self, summary: str) -> None:
+        if self.handle is not None:
+            self.handle.update(_Plain(summary))
+        elif self.bar is not None:
+            self.bar.close()
+
+
+class _Plain:
+    """An object whose only representation is ``text/plain`` (no HTML, no widget)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+@dataclass
+class MissingPackages:
+    """A walkthrough section that cannot run here: what it would show and the one command that enables it.
+
+    Displays itself (``_repr_markdown_`` in JupyterLab, ``str`` elsewhere); it is a note, not an
+    error, so the rest of the walkthrough runs.
+    """
+
+    missing: list[str]
+    shows: str
+    install: str
+
+    def __str__(self) -> str:
+        names = ", ".join(self.missing)
+        return (f"Skipped: this section shows {self.shows}. It needs {names}, not installed here; "
+                f"to enable it: {self.install}")
+
+    def _repr_markdown_(self) -> str:
+        names = ", ".join(f"`{m}`" for m in self.missing)
+        return (f"> **Skipped here** — this section shows {self.shows}.\n"
+                f"> It needs {names}, which is not installed. To enable it: `{self.install}`")
+
+
+def missing_packages(modules) -> list[str]:
+    """The names in ``modules`` (import names, e.g. ``"encodec"``) that cannot be imported here."""
+    import importlib.util
+
+    names = [modules] if isinstance(modules, str) else list(modules)
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+class optional_section:  # noqa: N801 - used as a statement: ``with optional_section(...):``
+    """Run a walkthrough section that needs an optional package; a short note instead when it is absent.
+
+    Parameters
+    ----------
+    needs : str or list of str
+        The import names the section needs (``"encodec"``, ``"ruff"``).
+    shows : str
+        What the section would show, as the end of "this section shows ...".
+    install : str
+        The one command that enables it (``"pip install 'porting-kit[examples]'"``).
+
+    Notes
+    -----
+    When every package in ``needs`` is importable the block runs as usual and any exception
+    propagates. When one is missing, a :class:`MissingPackages` note is displayed on entry, and an
+    :class:`~porting_kit.errors.InputError` or ``ImportError`` the block raises (the missing
+    package's own failure) is swallowed, so the notebook goes on with the next cell; any other
+    exception still propagates. ``section.available`` says which case it was.
+
+    Examples
+    --------
+    >>> with optional_section("encodec", shows="the real EnCodec pair",
+    ...                       install="pip install 'porting-kit[examples]'"):
+    ...     display(check("examples/encodec_pair.py"))                    # doctest: +SKIP
+    """
+
+    def __init__(self, needs, *, shows: str, install: str) -> None:
+        self.note = MissingPackages(missing_packages(needs), shows, install)
+        self.available = not self.note.missing
+
+    def __enter__(self) -> optional_section:
+        if not self.available:
+            _show(self.note)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.available or exc_type is None:
+            return False
+        return issubclass(exc_type, (InputError, ImportError))
+
+
+def _show(obj) -> None:
+    """``IPython.display.display`` in a kernel, ``print`` elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        print(obj)
+        return
+    if get_ipython() is None:
+        print(obj)
+    else:
+        display(obj)

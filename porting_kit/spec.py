@@ -174,10 +174,43 @@ class Spec:
             raise InputError(f"{self.name}: {attr}() raised {_describe(exc)}") from exc
 
 
+#: Import name -> the install that provides it, for a spec (or a shipped example) that needs it.
+EXTRA_FOR_MODULE = {
+    "llama_models": "pip install 'porting-kit[examples]'",
+    "fairscale": "pip install 'porting-kit[examples]'",
+    "encodec": "pip install 'porting-kit[examples]'",
+    "torch": "pip install 'porting-kit[torch]'",
+    "transformers": "pip install 'porting-kit[torch]'",
+    "librosa": "pip install 'porting-kit[audio]'",
+    "soundfile": "pip install 'porting-kit[audio]'",
+    "scipy": "pip install 'porting-kit[audio]'",
+    "matplotlib": "pip install 'porting-kit[audio]'",
+}
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"SystemExit({exc.code!r})"
-    return f"{type(exc).__name__}: {exc}"
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        top = exc.name.split(".", 1)[0]
+        install = EXTRA_FOR_MODULE.get(top)
+        text += f" (install it: {install})" if install else f" (install the package that provides {top!r})"
+    return text
+
+
+def _shipped_example(p: Path) -> Path | None:
+    """``examples/NAME.py`` given relative to a folder that has no such file: the copy shipped
+    with porting-kit (a wheel install has no ``examples/`` in the user's folder), else None."""
+    if p.is_absolute() or len(p.parts) != 2 or p.parts[0] != "examples":
+        return None
+    from porting_kit.resources import shipped
+
+    try:
+        candidate = shipped("examples") / p.name
+    except InputError:  # no shipped folder: the plain "not found" stands
+        return None
+    return candidate if candidate.is_file() else None
 
 
 def _import_file(path: Path) -> ModuleType:
@@ -270,7 +303,10 @@ def _import_example(example: str, variant: str | None):
 def _import_spec_file(p: Path):
     """Import a spec file after checking it is a readable ``.py`` file (InputError otherwise)."""
     if not p.exists():
-        raise InputError(f"{p}: spec file not found")
+        shipped_copy = _shipped_example(p)
+        if shipped_copy is None:
+            raise InputError(f"{p}: spec file not found")
+        p = shipped_copy
     if p.is_dir():
         raise InputError(f"{p}: is a directory; give a port spec .py file")
     if p.suffix != ".py":

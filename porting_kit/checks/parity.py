@@ -7,7 +7,11 @@ output has NaN/Inf while its input had none), ``parity.unmapped_weights``
 ``parity.weight_map_inconsistent`` (a repeated block whose parameters hold other
 reference tensors than the same parameters of its sibling blocks of the same class,
 e.g. layer 1's ``wk`` holding ``v_proj``: both tensors named;
-:func:`porting_kit.probes.align.weight_map_outliers`), ``parity.ok``.
+:func:`porting_kit.probes.align.weight_map_outliers`), ``parity.fused_shard_order``
+(inside the first divergence, a fused candidate weight — qkv, gate_up — holds the
+reference's shards whole but stacked in another order than the reference's: a
+weight-conversion fault; evidence: the shards in the candidate's order, the reference's
+order and the permutation; :func:`porting_kit.probes.fused.fused_shard_orders`), ``parity.ok``.
 How the first divergence is located: :mod:`porting_kit.probes.layers`.
 """
 
@@ -56,8 +60,10 @@ def run(ctx: CheckContext) -> list[Finding]:
     ctx.extras["parity"] = res
     findings = [*_unmapped_weights(res.pair.weights), *_weight_map_inconsistent(res),
                 *_nan_origins(res)]
-    divergence, ctx.first_divergence = _first_divergence(res, common)
-    findings += divergence
+    fused = _fused_shard_order(res)
+    diagnoses = [f for f in ("rope", "norm") if f in ctx.families]
+    divergence, ctx.first_divergence = _first_divergence(res, common, fused, diagnoses)
+    findings += divergence + fused
     if not findings:
         m = res.output_metric
         max_abs = m.max_abs if m is not None else None
@@ -163,7 +169,48 @@ def _nan_origins(res: ParityResult) -> list[Finding]:
     return findings
 
 
-def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], dict | None]:
+def _fused_shard_order(res: ParityResult) -> list[Finding]:
+    """``parity.fused_shard_order``: a fused weight inside the first divergence whose shards are stacked
+    in another order than the reference's (only there: a port whose forward splits its own order
+    matches, and then nothing diverges)."""
+    from porting_kit.probes.fused import fused_shard_orders
+
+    fd = res.first_divergence
+    if fd is None:
+        return []
+    prefix = fd.pair.candidate.key
+    prefix = f"{prefix}." if prefix else ""
+    inside = {c: r for c, r in res.pair.weights.weight_map.items() if len(r) > 1 and c.startswith(prefix)}
+    if not inside:
+        return []
+    cand_sd = res.pair.candidate.state_dict()
+    orders = fused_shard_orders(inside, res.pair.reference.state_dict(),
+                                {c: cand_sd[c] for c in inside if c in cand_sd})
+    findings = []
+    for o in orders:
+        if o.in_reference_order:
+            continue
+        module = o.candidate_tensor.rsplit(".", 1)[0]
+        short = [s.rsplit(".", 2)[-2] if s.count(".") else s for s in o.shards]
+        ref_short = [s.rsplit(".", 2)[-2] if s.count(".") else s for s in o.reference_order]
+        findings.append(Finding(
+            "parity", "parity.fused_shard_order", "fail",
+            f"The fused weight {o.candidate_tensor} holds the reference's {', '.join(ref_short)} whole but "
+            f"stacked as {', '.join(short)} (permutation {o.permutation}): the weight conversion writes the "
+            "shards in another order than the forward splits them.",
+            evidence={"candidate_tensor": o.candidate_tensor, "shards_in_candidate_order": ", ".join(o.shards),
+                      "reference_order": ", ".join(o.reference_order),
+                      "permutation": " ".join(str(i) for i in o.permutation),
+                      "row_offsets": " ".join(str(i) for i in o.offsets)},
+            where=Where(reference=o.reference_order[0].rsplit(".", 2)[0], candidate=module),
+            hint="Fix the shard ids of the fused load (vLLM's stacked_params_mapping / the weight_loader's "
+                 "shard_id, or the torch.cat order in convert_weights) to the order the forward splits: "
+                 f"{', '.join(ref_short)}."))
+    return findings
+
+
+def _first_divergence(res: ParityResult, common: dict,
+                      fused: list[Finding] = (), diagnoses: list[str] = ()) -> tuple[list[Finding], dict | None]:
     """``parity.first_divergence`` and the report's ``first_divergence`` record (or ``[]``, ``None``)."""
     found: list[Finding] = []
     first = None
@@ -178,6 +225,9 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
         if m is not None and m.within_tolerance:
             msg += (" Its output is still within tolerance, but the error its own code adds is the one "
                     "a later module (a norm rescaling it) carries past the tolerance.")
+        elif fused:
+            msg += (f" The fused weight {fused[0].evidence['candidate_tensor']} inside it holds the reference's "
+                    "shards in another order: a weight-conversion fault (parity.fused_shard_order).")
         elif inside:
             msg += (f" Its child {display_name(ff.pair.reference.key)} ~ {display_name(ff.pair.candidate.key)} is "
                     "the first output to differ but its input already differed: the fault is in "
@@ -195,8 +245,10 @@ def _first_divergence(res: ParityResult, common: dict) -> tuple[list[Finding], d
         found.append(Finding(
             "parity", "parity.first_divergence", "fail", msg, evidence=ev,
             where=Where(reference=display_name(fd.pair.reference.key), candidate=display_name(fd.pair.candidate.key)),
-            hint="Compare the two modules' code and the weights loaded into them; the rope/norm "
-                 "diagnoses below name the cause when they recognise it."))
+            hint="Compare the two modules' code and the weights loaded into them" + (
+                f"; the {'/'.join(diagnoses)} diagnoses below name the cause when they recognise it."
+                if diagnoses else "; run the rope and norm families too (no --only) to have them "
+                "name the cause when they recognise it.")))
         first = {"reference_module": display_name(fd.pair.reference.key),
                  "candidate_module": display_name(fd.pair.candidate.key),
                  "metric": metric,

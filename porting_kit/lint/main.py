@@ -264,7 +264,7 @@ def _codes(value: str | None) -> list[str] | None:
 def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | None = None,
         baseline: str | Path | None = None, write_baseline: bool = False, statistics: bool = False,
         list_rules: bool = False, out: TextIO | None = None,
-        progress: Callable[[int, int], None] | None = None) -> int:
+        progress: Callable[[int, int], None] | None = None, summary: bool = False) -> int:
     """Lint ``paths`` and print the findings; returns the exit code.
 
     Parameters
@@ -287,6 +287,9 @@ def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | N
         Where findings go (default ``sys.stdout``).
     progress : callable, optional
         Called as ``progress(done, total)`` after each file (files counted, not bytes).
+    summary : bool
+        On a clean run, say how many files were checked (one line on stderr):
+        ``porting-kit lint`` does; the pre-commit hook stays silent on success.
 
     Returns
     -------
@@ -349,4 +352,6 @@ def run(paths: Sequence[str] = (), *, select: str | None = None, ignore: str | N
         for code in sorted(counts):
             print(f"{counts[code]:6d}  {code}  {RULES[code].summary}", file=out)
         print(f"{len(findings):6d}  total in {len(files)} file(s)", file=out)
+    elif not findings and summary:  # a clean run says what it looked at (stderr: stdout stays the findings)
+        print(f"no findings in {len(files)} file(s) checked", file=sys.stderr)
     return EXIT_FINDINGS if any(f.severity == "fail" for f in findings) else EXIT_OK

@@ -1,4 +1,17 @@
-"""Rich rendering of a :class:`~porting_kit.report.findings.Report` for the terminal."""
+"""Rich rendering of a :class:`~porting_kit.report.findings.Report` for the terminal and for logs.
+
+Two layouts of the same findings:
+
+* a table, on a terminal wide enough that no code and no module name has to be cut or wrapped
+  (the code and where columns never fold; only the message wraps, at word boundaries);
+* one finding per block (``STATUS code`` on its own line, then the message, where and hint
+  lines), on a narrow terminal and whenever the output is not a terminal (CI, ``| tee``, a log
+  file). Blocks are printed with ``soft_wrap``: Rich inserts no line breaks, so a code or a
+  module name is never truncated or broken however narrow the console says it is.
+
+A finding with no module and no sample range (a pass that covers everything its family
+checked, a skip) shows ``where`` as ``(everything checked)`` or ``—``, never a blank cell.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +22,17 @@ from rich.table import Table
 from porting_kit.report.findings import Report
 
 _STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+#: Where a finding names no module and no samples: a pass covers everything its family compared.
+_WHERE_ALL = "(everything checked)"
+_WHERE_NONE = "—"
+#: The message column must keep at least this many cells for the table layout to be used.
+_MIN_MESSAGE = 24
+#: status column + borders and padding of a four-column Rich table.
+_TABLE_OVERHEAD = 6 + 13
 
 
-def _where(f) -> str:
+def where_parts(f) -> list[str]:
+    """The ``where`` of a finding as ``["ref: ...", "cand: ...", "samples a..b"]`` (empty when unset)."""
     parts = []
     if f.where.reference:
         parts.append(f"ref: {f.where.reference}")
@@ -19,11 +40,51 @@ def _where(f) -> str:
         parts.append(f"cand: {f.where.candidate}")
     if f.where.samples:
         parts.append(f"samples {f.where.samples[0]}..{f.where.samples[1]}")
-    return "\n".join(parts)
+    return parts
+
+
+def where_text(f, sep: str = "\n") -> str:
+    """``where`` as text; a pass with no location reads ``(everything checked)``, others ``—``."""
+    parts = where_parts(f)
+    if parts:
+        return sep.join(parts)
+    return _WHERE_ALL if f.status == "pass" else _WHERE_NONE
+
+
+def table_fits(report: Report, width: int) -> bool:
+    """Whether a table of ``width`` cells shows every code and where line whole, with room for messages."""
+    code_w = max((len(f.code) for f in report.findings), default=4)
+    where_w = max((len(line) for f in report.findings for line in where_text(f).split("\n")), default=5)
+    return _TABLE_OVERHEAD + code_w + where_w + _MIN_MESSAGE <= width
+
+
+def _print_table(report: Report, console: Console, title: str) -> None:
+    table = Table(title=title, show_lines=False)
+    table.add_column("status", no_wrap=True)
+    table.add_column("code", no_wrap=True, overflow="ignore")
+    table.add_column("message", overflow="fold", ratio=1)
+    table.add_column("where", no_wrap=True, overflow="ignore")
+    for f in report.findings:
+        table.add_row(f"[{_STYLE[f.status]}]{f.status.upper()}[/]", escape(f.code), escape(f.message),
+                      escape(where_text(f)))
+    console.print(table)
+    for f in report.findings:
+        if f.status in ("fail", "warn") and f.hint:
+            console.print(f"[bold]{escape(f.code)}[/] hint: {escape(f.hint)}", soft_wrap=True)
+
+
+def _print_blocks(report: Report, console: Console, title: str) -> None:
+    console.print(f"[bold]{escape(title)}[/]", soft_wrap=True)
+    for f in report.findings:
+        console.print(f"[{_STYLE[f.status]}]{f.status.upper()}[/] [bold]{escape(f.code)}[/]", soft_wrap=True)
+        console.print(f"  {escape(f.message)}", soft_wrap=True, highlight=False)
+        console.print(f"  where: {escape(where_text(f, sep='; '))}", soft_wrap=True, highlight=False)
+        if f.status in ("fail", "warn") and f.hint:
+            console.print(f"  hint: {escape(f.hint)}", soft_wrap=True, highlight=False)
 
 
 def print_report(report: Report, console: Console | None = None, *, title: str | None = None) -> None:
-    """Print the findings table, the hints, the first divergence and the overall status.
+    """Print the findings, the hints, the first divergence and the overall status.
 
     Parameters
     ----------
@@ -32,31 +93,28 @@ def print_report(report: Report, console: Console | None = None, *, title: str |
     console : rich.console.Console, optional
         Where to print; default a new ``Console()`` on stdout.
     title : str, optional
-        Table title; default ``"porting-kit <command>"``.
+        Title; default ``"porting-kit <command>"``.
 
     Notes
     -----
-    Hints are printed for ``fail`` / ``warn`` findings only; ``where`` shows
-    ``ref:`` / ``cand:`` module names and a ``samples start..end`` range when set.
+    A table on a terminal wide enough for every code and module name (:func:`table_fits`),
+    one block per finding otherwise (and always when the console is not a terminal). Hints
+    are printed for ``fail`` / ``warn`` findings only; ``where`` shows ``ref:`` / ``cand:``
+    module names and a ``samples start..end`` range when set.
     """
     console = console or Console()
     if report.quality is not None:
         print_quality_table(report.quality, console)
-    table = Table(title=title or f"porting-kit {report.command}", show_lines=False)
-    table.add_column("status")
-    table.add_column("code")
-    table.add_column("message", overflow="fold")
-    table.add_column("where", overflow="fold")
-    for f in report.findings:
-        table.add_row(f"[{_STYLE[f.status]}]{f.status.upper()}[/]", f.code, f.message, _where(f))
-    console.print(table)
-    for f in report.findings:
-        if f.status in ("fail", "warn") and f.hint:
-            console.print(f"[bold]{f.code}[/] hint: {f.hint}")
+    title = title or f"porting-kit {report.command}"
+    if console.is_terminal and table_fits(report, console.width):
+        _print_table(report, console, title)
+    else:
+        _print_blocks(report, console, title)
     if report.first_divergence:
         fd = report.first_divergence
-        console.print(f"first divergence: reference [cyan]{fd.get('reference_module')}[/] ~ "
-                      f"candidate [cyan]{fd.get('candidate_module')}[/] (order {fd.get('order')})")
+        console.print(f"first divergence: reference [cyan]{escape(str(fd.get('reference_module')))}[/] ~ "
+                      f"candidate [cyan]{escape(str(fd.get('candidate_module')))}[/] (order {fd.get('order')})",
+                      soft_wrap=True)
     colour = "green" if report.status == "pass" else "bold red"
     console.print(f"[{colour}]{report.status.upper()}[/]")
 

@@ -665,6 +665,8 @@ def plan_files(opts: ScaffoldOptions, facts: ModelFacts) -> tuple[list[PlannedFi
                     render("vllm_omni/common/test_l1.py.j2"), "test"),
         PlannedFile(f"tests/model_executor/models/{m}/test_{m}_model.py",
                     render("vllm_omni/common/test_model.py.j2"), "test"),
+        PlannedFile(f"tests/model_executor/models/{m}/conftest.py",
+                    render("vllm_omni/common/conftest_markers.py.j2"), "test"),
         PlannedFile(f"tests/e2e/online_serving/test_{m}.py", render("vllm_omni/common/test_online.py.j2"), "test"),
         PlannedFile(f"tests/e2e/online_serving/test_{m}_expansion.py",
                     render("vllm_omni/common/test_expansion.py.j2"), "test"),

@@ -134,7 +134,8 @@ def load_manifests(root: Path) -> list[dict[str, Any]]:
     paths = sorted((root / MANIFEST_DIR).glob("scaffold-*.json"))
     if not paths:
         raise InputError(f"{root} has no {MANIFEST_DIR}/scaffold-*.json: not a porting-kit scaffold "
-                         "(generate one with porting-kit scaffold)")
+                         "(generate one with porting-kit scaffold, or validate a port the kit did not write "
+                         "with --framework vllm-omni)")
     out = []
     for p in paths:
         try:
@@ -301,7 +302,12 @@ def check_adapter(root: Path, rel: str, model_type: str, entry_stage: str | None
                and any("register_tts_adapter" in ast.unparse(d) for d in n.decorator_list)]
     if not classes:
         return [_f("scaffold.adapter_missing_stage_keys", "fail", f"{rel}: no @register_tts_adapter class", rel)]
-    cls = classes[0]
+    def keys_of(c: ast.ClassDef) -> set[str]:
+        return {k.value for n in c.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", "") == "stage_keys" for t in n.targets)
+                for k in ast.walk(n.value) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+
+    cls = next((c for c in classes if entry_stage in keys_of(c)), classes[0])  # a file may register several
     attrs: dict[str, Any] = {}
     for node in cls.body:
         if isinstance(node, ast.Assign):
@@ -342,7 +348,8 @@ def check_adapter(root: Path, rel: str, model_type: str, entry_stage: str | None
 
 def check_processors(root: Path, manifest: dict[str, Any], tree: ast.Module) -> list[Finding]:
     """Every ``vllm_omni.model_executor.stage_input_processors.<m>.<func>`` named in pipeline.py exists."""
-    m = manifest["model_type"]
+    procs = [v for k, v in manifest["files"].items() if k.startswith("processor:")]
+    m = Path(procs[0]).stem if procs else manifest["model_type"]  # a port the kit did not write names its own
     prefix = f"vllm_omni.model_executor.stage_input_processors.{m}"
     rel = f"vllm_omni/model_executor/stage_input_processors/{m}.py"
     text = ast.unparse(tree)
@@ -468,14 +475,18 @@ def validate_vllm_omni(root: Path, manifest: dict[str, Any], prefer_real: bool =
     stages = pipeline_stages(tree) if tree is not None else []
     ids = [s.get("stage_id") for s in stages] if stages else None
     entry = next((s.get("model_stage") for s in stages if not s.get("input_sources")), manifest.get("entry_stage"))
+    if manifest.get("mode") == "found":  # a pipeline.py may hold several pipelines: this one's stages
+        ids, entry = manifest["stage_ids"], manifest["entry_stage"]
+        stages = ids
     out += check_deploy_yaml(root, files["deploy"], schema, ids, single_stage=len(stages) <= 1)
-    out += check_adapter(root, files["adapter"], manifest["model_type"], entry)
+    if "adapter" in files:
+        out += check_adapter(root, files["adapter"], manifest["model_type"], entry)
     if tree is not None:
         out += check_processors(root, manifest, tree)
     for rel in tests:
         out += check_test_markers(root, rel)
     for rel in [v for k, v in manifest["files"].items() if v.endswith(".py")]:
-        if rel not in (files["pipeline"], files["adapter"]) and rel not in tests:
+        if rel not in (files["pipeline"], files.get("adapter")) and rel not in tests:
             _parse_py(root, rel, out)
     if manifest.get("mode") == "into":
         out += check_registrations(root, manifest)
@@ -555,28 +566,28 @@ def _sglang_graph_checks(tree: ast.Module, rel: str) -> list[Finding]:
     return out
 
 
-def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool = True) -> list[Finding]:
-    """Strict override checks + (when importable) SGLang-Omni's own validation and process plan."""
-    import yaml
+def check_sglang_overrides(overrides: dict, yaml_rel: str, schema: dict[str, Any],
+                           stage_names: list) -> list[Finding]:
+    """The strict key checks of an SGLang-Omni overrides YAML against its schema.
 
-    from porting_kit.adapters import sglang_omni as so
+    Parameters
+    ----------
+    overrides : dict
+        The YAML document (as ``_yaml_with_lines`` reads it: line numbers kept).
+    yaml_rel : str
+        Its name in messages.
+    schema : dict
+        SGLang-Omni's field lists (:func:`porting_kit.adapters.sglang_omni.stored_schema`).
+    stage_names : list
+        The stages its config.py defines (empty: unknown, not checked).
 
-    files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items()}
-    real, why = so.real_available() if prefer_real else (False, "real tier not requested")
-    schema = so.schema_from_package() if real else so.stored_schema()
+    Returns
+    -------
+    list of Finding
+        ``scaffold.unknown_deploy_key``, ``scaffold.unknown_stage_override``,
+        ``scaffold.topology_key_in_deploy`` (all ``fail``).
+    """
     out: list[Finding] = []
-    tree = _parse_py(root, files["config"], out)
-    _parse_py(root, files["stages"], out)
-    stage_names = []
-    if tree is not None:
-        stage_names = [_kw_const(c, "name") for fn in ("StageConfig", "EngineStageConfig") for c in _calls(tree, fn)]
-    yaml_rel = files["overrides"]
-    try:
-        overrides = _yaml_with_lines(root / yaml_rel)
-    except (FileNotFoundError, ValueError) as exc:
-        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel}: {exc}", yaml_rel)]
-    if not isinstance(overrides, dict):
-        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel} must be a mapping", yaml_rel)]
     allowed_stage = set(schema["stage_fields"]) - set(schema["topology_fields"])
     nested = {"engine": set(schema["engine_fields"]), "factory": set(schema["factory_fields"])}
     for key in overrides:
@@ -608,6 +619,32 @@ def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool
                         out.append(_f("scaffold.unknown_deploy_key", "fail",
                                       f"{yaml_rel}:{_line(value, sub)}: '{key}.{sub}' is not a "
                                       f"{key.capitalize()}Args field", yaml_rel, key=f"{key}.{sub}"))
+    return out
+
+
+def validate_sglang_omni(root: Path, manifest: dict[str, Any], prefer_real: bool = True) -> list[Finding]:
+    """Strict override checks + (when importable) SGLang-Omni's own validation and process plan."""
+    import yaml
+
+    from porting_kit.adapters import sglang_omni as so
+
+    files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items()}
+    real, why = so.real_available() if prefer_real else (False, "real tier not requested")
+    schema = so.schema_from_package() if real else so.stored_schema()
+    out: list[Finding] = []
+    tree = _parse_py(root, files["config"], out)
+    _parse_py(root, files["stages"], out)
+    stage_names = []
+    if tree is not None:
+        stage_names = [_kw_const(c, "name") for fn in ("StageConfig", "EngineStageConfig") for c in _calls(tree, fn)]
+    yaml_rel = files["overrides"]
+    try:
+        overrides = _yaml_with_lines(root / yaml_rel)
+    except (FileNotFoundError, ValueError) as exc:
+        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel}: {exc}", yaml_rel)]
+    if not isinstance(overrides, dict):
+        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel} must be a mapping", yaml_rel)]
+    out += check_sglang_overrides(overrides, yaml_rel, schema, stage_names)
     strict_failed = any(f.status == "fail" for f in out)
     if real:
         out.insert(0, _f("scaffold.tier", "pass", f"tier: real SGLang-Omni {why} (PipelineConfig validation, "
@@ -758,10 +795,13 @@ def check_connectors(deploy, deploy_rel: str, pipeline_ids: list[int] | None,
         if isinstance(extra, dict):
             for k in extra:
                 extra_keys.setdefault(str(k), xf.Site(deploy_rel, xf.yaml_line(extra, k)))
+    read_keys = {r.key for r in processor_reads}
     for read in processor_reads:
         if read.key in extra_keys or not extra_keys:
             continue
         close = difflib.get_close_matches(read.key, list(extra_keys), n=1, cutoff=0.75)
+        if close and close[0] in read_keys:
+            continue  # the deploy's key is read too: the other one is a setting of its own, not a misspelling
         if close:
             w = extra_keys[close[0]]
             out.append(_c("consistency.key_mismatch", "fail",
@@ -1026,6 +1066,93 @@ def _side_config(path: Path) -> str | None:
     return None
 
 
+def yaml_framework(path: Path) -> str | None:
+    """The framework a single YAML belongs to, from its keys: ``"sglang-omni"`` (``config_cls``, or
+    ``stages:`` keyed by stage name), ``"vllm-omni"`` (``stages:`` a list, or vLLM-Omni deploy keys),
+    None when it says neither (unreadable, or no key of either)."""
+    from porting_kit.adapters.vllm_omni import schema as vo
+    from porting_kit.adapters.vllm_omni.deploy_keys import is_deploy_doc
+
+    try:
+        doc = _yaml_with_lines(path)
+    except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if "config_cls" in doc or isinstance(doc.get("stages"), dict):
+        return "sglang-omni"
+    if isinstance(doc.get("stages"), list) or is_deploy_doc(doc, vo.load_schema().top_level):
+        return "vllm-omni"
+    return None
+
+
+def _sglang_config_py(path: Path, config_cls: str) -> Path | None:
+    """The ``config.py`` of the same SGLang-Omni tree that defines ``class <config_cls>`` (the YAML's
+    folder and its parent, searched a few levels down), or None."""
+    import re
+
+    pattern = re.compile(rf"^class\s+{re.escape(config_cls)}\b", re.M)
+    seen = 0
+    for base in (path.parent, path.parent.parent):
+        for cand in sorted(base.glob("**/config.py")):
+            seen += 1
+            if seen > 200:
+                return None
+            try:
+                if pattern.search(cand.read_text(encoding="utf-8", errors="replace")):
+                    return cand
+            except OSError:
+                continue
+    return None
+
+
+def sglang_file_static(path: Path) -> list[Finding]:
+    """The static tier of one SGLang-Omni overrides YAML, judged by SGLang-Omni's schema.
+
+    Its ``config_cls`` names the pipeline config; when a ``config.py`` of the same tree defines
+    that class, the stage names are read from it and every override must name one of them.
+
+    Parameters
+    ----------
+    path : Path
+        An SGLang-Omni overrides YAML (``config_cls``, ``stages:`` keyed by stage name).
+
+    Returns
+    -------
+    list of Finding
+        ``scaffold.tier`` (the stored schema: a single file is never loaded by the real
+        framework), ``scaffold.*`` key findings, ``scaffold.ok`` when none failed.
+    """
+    from porting_kit.adapters import sglang_omni as so
+
+    rel = path.name
+    schema = so.stored_schema()
+    try:
+        doc = _yaml_with_lines(path)
+    except (FileNotFoundError, ValueError) as exc:
+        return [_f("scaffold.unparsable", "fail", f"{rel}: {exc}", rel)]
+    if not isinstance(doc, dict):
+        return [_f("scaffold.unparsable", "fail", f"{rel} must be a mapping", rel)]
+    out = [_f("scaffold.tier", "skip", f"tier: stored schema sglang-omni {schema.get('version')} "
+              f"({so.SCHEMA_FILE.name}) for the single file {rel}; the real framework loads a scaffold "
+              "folder (porting-kit validate DIR)", rel, tier="stored", version=schema.get("version"),
+              skipped="real")]
+    stage_names: list = []
+    config_py = _sglang_config_py(path, str(doc["config_cls"])) if isinstance(doc.get("config_cls"), str) else None
+    if config_py is not None:
+        tree = _parse_py(config_py.parent, config_py.name, out)
+        if tree is not None:
+            stage_names = [_kw_const(c, "name") for fn in ("StageConfig", "EngineStageConfig")
+                           for c in _calls(tree, fn)]
+    out += check_sglang_overrides(doc, rel, schema, [n for n in stage_names if n])
+    if not any(f.status == "fail" for f in out):
+        note = (f"stage names read from {config_py}" if config_py is not None
+                else "no config.py of its tree defines its config_cls: keys only")
+        out.append(_f("scaffold.ok", "pass", f"{rel}: SGLang-Omni overrides YAML passed static validation "
+                      f"({note})", rel, framework="sglang-omni", config_py=str(config_py or "")))
+    return out
+
+
 def deploy_file_static(path: Path) -> list[Finding]:
     """The static tier of one deploy YAML: lint's key facts (one verdict), and, when a pipeline.py
     of the same vLLM-Omni tree names it, stage ids the pipeline lacks (``base_config`` followed).
@@ -1179,13 +1306,25 @@ def _tier_skip(tier: str, reason: str) -> Finding:
     return Finding(family, f"{family}.skipped", "skip", reason, {"tier": tier})
 
 
+def _without_gpu_note(findings: list[Finding]) -> list[Finding]:
+    """The static tier's ``scaffold.tier`` finding without the "not part of --static" note: this run
+    includes the GPU tier (it was not limited to ``--static``)."""
+    for f in findings:
+        if f.code == "scaffold.tier":
+            f.message = f.message.replace(f"; {GPU_TIER_NOTE}", "")
+            skipped = [t for t in str(f.evidence.get("skipped", "")).split(",") if t and t != "gpu"]
+            f.evidence["skipped"] = ",".join(skipped)
+    return findings
+
+
 def _scaffold_tiers(root: Path, manifest: dict[str, Any], tiers: tuple[str, ...], *, prefer_real: bool,
                     spec: str | None, device: str | None) -> list[Finding]:
     out: list[Finding] = []
     sglang = manifest.get("framework") == "sglang-omni"
     for tier in tiers:
         if tier == "static":
-            out += _static_one(root, manifest, prefer_real)
+            out += _without_gpu_note(_static_one(root, manifest, prefer_real)) if "gpu" in tiers else \
+                _static_one(root, manifest, prefer_real)
         elif tier == "consistency":
             out += consistency_tier(root, manifest)
         elif tier == "run" and sglang:
@@ -1198,14 +1337,22 @@ def _scaffold_tiers(root: Path, manifest: dict[str, Any], tiers: tuple[str, ...]
     return out
 
 
-def _yaml_tiers(path: Path, tiers: tuple[str, ...], *, spec: str | None) -> list[Finding]:
+def _yaml_tiers(path: Path, tiers: tuple[str, ...], *, spec: str | None,
+                framework: str | None = None) -> list[Finding]:
     out: list[Finding] = []
-    side = _side_config(path)
+    framework = framework or yaml_framework(path) or "vllm-omni"
+    side = _side_config(path) if framework == "vllm-omni" else None
     for tier in tiers:
         if tier in ("static", "consistency") and side:
             out.append(_tier_skip(tier, side))
+        elif tier == "static" and framework == "sglang-omni":
+            out += sglang_file_static(path)
         elif tier == "static":
             out += deploy_file_static(path)
+        elif tier == "consistency" and framework == "sglang-omni":
+            out.append(_tier_skip("consistency", f"{path.name} is an SGLang-Omni overrides YAML: what it "
+                                                 "overrides is checked by the static tier; the cross-file tier "
+                                                 "needs the scaffold folder"))
         elif tier == "consistency":
             out += deploy_file_consistency(path)
         elif tier == "run":
@@ -1216,8 +1363,95 @@ def _yaml_tiers(path: Path, tiers: tuple[str, ...], *, spec: str | None) -> list
     return out
 
 
+def _found_static(root: Path, manifest: dict[str, Any]) -> list[Finding]:
+    """The static tier of a model folder the kit did not generate (``"mode": "found"``).
+
+    The same checks as a scaffold's (deploy keys against the schema, pipeline vs deploy stage
+    ids, adapter contract, processors named exist, every file parses) against the stored schema,
+    less the kit's own conventions: an adapter's ``name`` need not be the model type (routing is
+    by ``stage_keys``). The real loader runs on scaffolds only.
+    """
+    from porting_kit.adapters.vllm_omni import schema as vo
+
+    by_arch = manifest.get("adapter_matched_by") == "model_archs"  # routed by model_archs, not stage_keys
+    part = [f for f in validate_vllm_omni(root, manifest, prefer_real=False)
+            if f.code != "scaffold.adapter_name_mismatch"
+            and not (by_arch and f.code == "scaffold.adapter_missing_stage_keys")]
+    for f in part:
+        if f.code == "scaffold.tier":
+            f.message = (f"tier: stored schema vllm-omni {vo.load_schema().version} ({vo.SCHEMA_FILE.name}) on "
+                         f"{manifest['folder']}, a model folder porting-kit did not generate (facts read from its "
+                         f"files); {GPU_TIER_NOTE}")
+            f.evidence["reason"] = "a port the kit did not generate: the real loader runs on scaffolds"
+    if not any(f.status == "fail" for f in part):
+        part.append(_f("scaffold.ok", "pass", f"vllm-omni model folder {manifest['folder']} "
+                       f"({manifest['model_type']}, {len(manifest['stage_ids'])} stage(s)) passed static validation",
+                       tier="stored", model_type=manifest["model_type"]))
+    return part
+
+
+def _found_consistency(root: Path, manifest: dict[str, Any]) -> list[Finding]:
+    """The consistency tier of a model folder the kit did not generate: connectors and stage edges
+    (with what its processors read), stage-0 stop ids of pipeline.py vs the deploy YAML, and every
+    request field the adapter forwards read by some file of the model folder or its processors."""
+    from porting_kit.scaffold import crossfile as xf
+
+    files = {k.split(":", 1)[0]: v for k, v in manifest["files"].items() if not k.startswith(("model:", "processor:"))}
+    models = [v for k, v in manifest["files"].items() if k.startswith("model:")]
+    procs = [v for k, v in manifest["files"].items() if k.startswith("processor:")]
+    out: list[Finding] = []
+    checked = ["stop ids"]
+    ids = manifest["stage_ids"]
+    reads = []
+    for proc in procs:
+        tree = _tree(root, proc)
+        reads += xf.connector_extra_reads(tree, proc) if tree is not None else []
+    if "deploy" in files:
+        try:
+            deploy = xf.resolve_deploy(root / files["deploy"])
+        except ValueError:
+            deploy = None  # the static tier reports an unreadable deploy YAML
+        if deploy is not None:
+            out += check_connectors(deploy, files["deploy"], ids, reads)
+            checked.append("connectors")
+        out += check_stop_ids(root, manifest, files["pipeline"], None, files["deploy"])
+    if "adapter" in files and models:
+        # only what it can prove in hand-written code: a field forwarded under a key no file reads
+        # (an adapter may turn a field into prompt embeddings or a speaker choice instead of forwarding it)
+        out += [f for f in check_fields_reach_stage(root, files["adapter"], models + procs) if "key" in f.evidence]
+        checked.append("request fields")
+    if not any(f.status == "fail" for f in out):
+        out.append(Finding("consistency", "consistency.ok", "pass",
+                           f"{manifest['folder']}: its files agree ({', '.join(checked)})",
+                           {"checked": ", ".join(checked), "model_type": manifest["model_type"]}))
+    return out
+
+
+def _found_tiers(root: Path, manifest: dict[str, Any], tiers: tuple[str, ...], *, spec: str | None) -> list[Finding]:
+    out: list[Finding] = []
+    for tier in tiers:
+        if tier == "static":
+            out += _found_static(root, manifest)
+        elif tier == "consistency":
+            out += _found_consistency(root, manifest)
+        elif tier == "run":
+            out.append(_tier_skip("run", f"{manifest['folder']} was not generated by porting-kit: the run tier drives "
+                                         "generated stage models through their seam; run the model's own tests "
+                                         "in a vLLM-Omni checkout"))
+        elif tier == "gpu":
+            out += gpu_tier(None, None, spec=spec)
+    return out
+
+
+def _has_manifest(p: Path) -> bool:
+    from porting_kit.scaffold.generate import MANIFEST_DIR
+
+    return any((p / MANIFEST_DIR).glob("scaffold-*.json"))
+
+
 def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None = None, spec: str | None = None,
-             device: str | None = None, *, prefer_real: bool = True, model_type: str | None = None) -> Report:
+             device: str | None = None, *, prefer_real: bool = True, model_type: str | None = None,
+             framework: str | None = None) -> Report:
     """Validate a scaffold folder or a single deploy YAML, tier by tier.
 
     The one library call behind ``porting-kit validate``, its ``--json`` and the
@@ -1250,6 +1484,9 @@ def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None =
         Static tier: use the real framework when it imports.
     model_type : str or None
         Only the scaffold of this model type (scaffold folders).
+    framework : str or None
+        ``"vllm-omni"`` or ``"sglang-omni"``. A single YAML is judged by the framework it
+        belongs to: this one when given, else the one its keys say (:func:`yaml_framework`).
 
     Returns
     -------
@@ -1269,11 +1506,24 @@ def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None =
         chosen = parse_tiers(",".join(tiers))
     p = Path(path).expanduser().resolve()
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        findings = _yaml_tiers(p, chosen or YAML_TIERS, spec=spec)
+        if framework is not None and framework not in ("vllm-omni", "sglang-omni"):
+            raise InputError(f"--framework takes vllm-omni or sglang-omni; got {framework!r}")
+        findings = _yaml_tiers(p, chosen or YAML_TIERS, spec=spec, framework=framework)
     elif p.is_file():
         raise InputError(f"{p} is neither a scaffold folder nor a deploy YAML (.yaml/.yml)")
     elif not p.exists():
         raise InputError(f"{p} not found (pass a scaffold folder or a deploy YAML)")
+    elif not _has_manifest(p) and framework == "vllm-omni":
+        from porting_kit.scaffold.discover import discover_vllm_omni
+
+        findings = []
+        root, manifests = discover_vllm_omni(p, model_type)
+        for manifest in manifests:
+            findings += _found_tiers(root, manifest, chosen or TIERS, spec=spec)
+    elif not _has_manifest(p) and framework == "sglang-omni":
+        raise InputError(f"{p}: a SGLang-Omni port porting-kit did not generate: validate its overrides YAML "
+                         "(porting-kit validate FILE.yaml --framework sglang-omni); folder discovery covers "
+                         "vLLM-Omni trees")
     else:
         findings = []
         for manifest in _select_manifests(p, model_type):

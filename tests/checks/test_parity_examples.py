@@ -13,7 +13,7 @@ LLAMA = str(Path(__file__).resolve().parents[2] / "examples" / "llama_meta.py")
 
 def test_embedded_clean_passes():
     r = run_check(example="tts", only="parity")
-    assert r.codes() == ["parity.ok"]
+    assert r.codes() == ["parity.ok"]  # the clean port's fused qkv is in the reference's order: no finding
     ev = r.findings[0].evidence
     # embed, 2 decoder layers, final norm, the LM body, lm_head: the coarse pass is enough
     assert ev["compared_modules"] == 6
@@ -26,6 +26,17 @@ def test_embedded_fused_qkv_shard_order_is_located_in_layer0_attention():
     assert (fd.where.reference, fd.where.candidate) == ("lm.model.layers.0.self_attn", "talker.layers.0.attn")
     assert fd.evidence["input_already_differs"] is True
     assert r.first_divergence["candidate_module"] == "talker.layers.0.attn"
+    # named as a weight-conversion fault, not as the attention's own code
+    (fused,) = r.by_code("parity.fused_shard_order")
+    assert fused.status == "fail"
+    assert fused.evidence["candidate_tensor"] == "talker.layers.0.attn.qkv_proj.weight"
+    assert fused.evidence["permutation"] == "1 0 2"
+    assert fused.evidence["shards_in_candidate_order"] == ("lm.model.layers.0.self_attn.k_proj.weight, "
+                                                          "lm.model.layers.0.self_attn.q_proj.weight, "
+                                                          "lm.model.layers.0.self_attn.v_proj.weight")
+    assert "own code" not in fd.message and "parity.fused_shard_order" in fd.message
+    # --only parity: the hint does not point at rope/norm diagnoses that did not run
+    assert "diagnoses below" not in fd.hint
 
 
 def test_embedded_unmapped_weight_is_reported_on_both_sides():

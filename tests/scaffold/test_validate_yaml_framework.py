@@ -1,0 +1,57 @@
+"""``validate FILE.yaml`` judges a single file by the framework it belongs to (issue 26, point 4)."""
+
+from __future__ import annotations
+
+import pytest
+from scaffold_helpers import make_scaffold
+
+from porting_kit.cli import main as cli
+from porting_kit.scaffold.validate import validate, yaml_framework
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory):
+    base = tmp_path_factory.mktemp("yaml_fw")
+    return (make_scaffold(base, "two-stage", "sglang-omni"), make_scaffold(base, "two-stage", "vllm-omni"))
+
+
+def test_the_scaffolds_own_sglang_config_passes(trees, capsys):
+    sglang, _ = trees
+    path = sglang / "configs" / "my_tts.yaml"
+    assert yaml_framework(path) == "sglang-omni"
+    report = validate(path)
+    assert report.status == "pass", [f.message for f in report.findings if f.status == "fail"]
+    assert "scaffold.ok" in report.codes("pass")
+    assert "config.py" in report.by_code("scaffold.ok")[0].evidence["config_py"]
+    assert cli(["validate", str(path)]) == 0
+    assert "vLLM-Omni" not in capsys.readouterr().out
+
+
+def test_vllm_deploy_yaml_is_still_judged_by_vllm_omni(trees):
+    _, vllm = trees
+    path = vllm / "vllm_omni" / "deploy" / "my_tts.yaml"
+    assert yaml_framework(path) == "vllm-omni"
+    assert validate(path).status == "pass"
+    bad = path.with_name("bad.yaml")
+    bad.write_text(path.read_text() + "config_cls_typo: 1\n")
+    assert "scaffold.unknown_deploy_key" in validate(bad, ["static"]).codes("fail")
+
+
+def test_planted_sglang_faults_get_sglang_codes(trees, tmp_path):
+    sglang, _ = trees
+    path = sglang / "configs" / "my_tts.yaml"
+    text = path.read_text()
+    unknown_stage = path.with_name("stage.yaml")
+    unknown_stage.write_text(text.replace("  tts_engine:", "  tts_enigne:", 1))
+    assert validate(unknown_stage, ["static"]).codes("fail") == ["scaffold.unknown_stage_override"]
+    topo = path.with_name("topo.yaml")
+    topo.write_text(text.replace("    gpu_memory_fraction:", "    terminal: true\n    gpu_memory_fraction:", 1))
+    assert "scaffold.topology_key_in_deploy" in validate(topo, ["static"]).codes("fail")
+
+
+def test_framework_option_overrides_detection(trees):
+    sglang, _ = trees
+    path = sglang / "configs" / "my_tts.yaml"
+    forced = validate(path, ["static"], framework="vllm-omni")
+    assert "scaffold.unknown_deploy_key" in forced.codes("fail")  # the user asked for vLLM-Omni's schema
+    assert cli(["validate", str(path), "--framework", "sglang-omni", "--static"]) == 0
