@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 sf = pytest.importorskip("soundfile")
 
-from porting_kit.audio_files import compare_files
-from porting_kit.probes.waveform import estimate_lag, snr_db, spectral_peak_hz
-from porting_kit.cli import main
+from porting_kit.audio_files import compare_files  # noqa: E402
+from porting_kit.probes.waveform import estimate_lag, snr_db, spectral_peak_hz  # noqa: E402
+from porting_kit.cli import main  # noqa: E402
 
 CLIPS = Path(__file__).resolve().parents[2] / "reference_audio"
 

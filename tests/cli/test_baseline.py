@@ -7,8 +7,8 @@ import pytest
 
 sf = pytest.importorskip("soundfile")
 
-from porting_kit.baseline import compare, read_sidecar, record
-from porting_kit.cli import main
+from porting_kit.baseline import compare, read_sidecar, record  # noqa: E402
+from porting_kit.cli import main  # noqa: E402
 
 CLIPS = Path(__file__).resolve().parents[2] / "reference_audio"
 

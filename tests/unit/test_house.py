@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "porting_kit"
 FAMILIES = ("parity", "rope", "norm", "config", "hop", "channel", "dtype", "rng", "lifecycle", "decode",
