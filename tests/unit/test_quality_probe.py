@@ -6,6 +6,7 @@ so these run everywhere in the fast tier.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -166,6 +167,11 @@ def test_asr_and_speaker_hooks_reach_the_verdicts(tmp_path, monkeypatch):
     assert main(["quality", str(ref), str(cand), "--asr", "my_models:nope"]) == 2
 
 
+#: STOI and PESQ themselves (pystoi comes with the quality extra; pesq is installed apart).
+needs_stoi_pesq = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("pystoi", "pesq")),
+                                     reason="pip install pystoi pesq")
+
+
 def _late(y, lag):
     """``y`` delayed by ``lag`` samples (leading silence), same content."""
     return np.concatenate([np.zeros(lag, np.float32), y]).astype(np.float32)
@@ -213,6 +219,7 @@ def _deterministic(noise_db=None, lag=0):
     return ref, TakeSet(dict(PROMPTS), takes, ref.sample_rate, [0, 1, 2])
 
 
+@needs_stoi_pesq
 def test_deterministic_pair_clean_passes_and_noise_is_quality_stoi_and_pesq():
     ref, clean = _deterministic(lag=25)
     out = findings(measure_quality(ref, clean, metrics=["stoi", "pesq"]))
@@ -228,6 +235,7 @@ def test_deterministic_pair_clean_passes_and_noise_is_quality_stoi_and_pesq():
         assert f.evidence["reference_spread"] == 0  # one reference take per seed: the floor judges
 
 
+@needs_stoi_pesq
 def test_reference_takes_sharing_a_seed_give_the_spread():
     """Re-synthesised reference takes (same seed twice) set the spread; the bar is factor x spread + floor."""
     from porting_kit.checks.quality import metric_rows, threshold
@@ -244,6 +252,7 @@ def test_reference_takes_sharing_a_seed_give_the_spread():
     assert row["threshold"] == pytest.approx(threshold("pesq", r.reference_spread), abs=1e-3)
 
 
+@needs_stoi_pesq
 @pytest.mark.parametrize("sr, expected", [(16000, "wb at 16000 Hz"), (11025, "nb at 8000 Hz"), (6000, None)])
 def test_pesq_band_follows_the_rate(sr, expected):
     ref = TakeSet({"a": "x"}, {"a": [voiced(1, sr=sr)]}, sr, [0])
