@@ -747,11 +747,19 @@ def shifted(r: Any, c: Any, lag: int) -> tuple[Any, Any]:
     return r[:n], c[:n]
 
 
-def stoi_score(r: Any, c: Any, sr: int) -> float:
-    """STOI of ``c`` against ``r`` (pystoi; resamples to 10 kHz itself), 0..1."""
+def stoi_score(r: Any, c: Any, sr: int) -> float | None:
+    """STOI of ``c`` against ``r`` (pystoi; resamples to 10 kHz itself), 0..1; ``None`` where too
+    little speech is left after pystoi drops the silent frames (it would return 1e-5)."""
+    import warnings
+
     from pystoi import stoi
 
-    return float(stoi(r, c, sr, extended=False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        score = float(stoi(r, c, sr, extended=False))
+    if any("Not enough STFT frames" in str(w.message) for w in caught):
+        return None
+    return score
 
 
 def pesq_mode(sr: int) -> tuple[int, str] | None:
@@ -794,15 +802,22 @@ def _intrusive(name: str, ref: TakeSet, cand: dict[str, list[Any]]) -> MetricRes
         rate, mode = pesq_mode(sr)
         res.detail["pesq_mode"] = f"{mode} at {rate} Hz"
 
+    unmeasurable = []
+
     def drop(r: Any, c: Any) -> float | None:
         a = align_pair(r, c, sr)
         if not a.aligned:
             return None
         r, c = shifted(r, c, a.lag)
         if name == "stoi":
-            return 1.0 - stoi_score(r, c, sr)
-        own, other = pesq_score(r, r, sr), pesq_score(r, c, sr)
-        return None if own is None or other is None else own - other
+            score = stoi_score(r, c, sr)
+            out = None if score is None else 1.0 - score
+        else:
+            own, other = pesq_score(r, r, sr), pesq_score(r, c, sr)
+            out = None if own is None or other is None else own - other
+        if out is None:
+            unmeasurable.append(1)
+        return out
 
     seeds = list(ref.seeds)
     pairs = aligned = 0
@@ -822,12 +837,18 @@ def _intrusive(name: str, ref: TakeSet, cand: dict[str, list[Any]]) -> MetricRes
             res.per_prompt[pid] = {"reference_spread": max(spread, default=0.0),
                                    "candidate": sum(drops) / len(drops), "candidate_worst": max(drops),
                                    "aligned_pairs": len(drops), "same_seed_reference_pairs": len(spread)}
+    if not res.per_prompt and unmeasurable:
+        res.skipped = (f"not applicable: {name} found too little speech in {len(unmeasurable)} aligned "
+                       f"pair(s) (clips too short or silent)")
+        return res
     if not res.per_prompt:
         res.skipped = (f"not applicable: takes not aligned (sampling on): none of the {pairs} (prompt, seed) "
                        f"pairs is the same utterance in time (waveform correlation >= {ALIGN_MIN_CORRELATION} "
                        f"and ends within {ALIGN_LENGTH_TOLERANCE:.0%} of the reference's length once aligned)")
         return res
     res.detail["aligned_pairs"] = f"{aligned} of {pairs}"
+    if unmeasurable:
+        res.detail["unmeasurable_pairs"] = len(unmeasurable)
     same = sum(r["same_seed_reference_pairs"] for r in res.per_prompt.values())
     res.detail["reference_spread_from"] = (f"{same} aligned pairs of reference takes with the same seed" if same
                                            else "no two reference takes share a seed: the absolute floor judges")

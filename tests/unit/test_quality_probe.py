@@ -273,3 +273,11 @@ def test_absent_intrusive_package_skips_with_the_install_command(monkeypatch, mo
     out = findings(measure_quality(ref, cand, metrics=[metric]))
     assert [f.status for f in out] == ["skip", "pass"]
     assert out[0].code == "quality.skipped" and f"{metric}: {module} is not installed: {command}" in out[0].message
+
+
+@needs_stoi_pesq
+def test_stoi_on_too_little_speech_is_not_applicable_not_a_drop():
+    """pystoi returns 1e-5 when too few frames are left: that must not read as a drop of 1."""
+    ref = TakeSet({"a": "x"}, {"a": [voiced(1, seconds=0.2)]}, SR, [0])
+    r = measure_quality(ref, ref, metrics=["stoi"]).metrics["stoi"]
+    assert r.skipped == "not applicable: stoi found too little speech in 1 aligned pair(s) (clips too short or silent)"
