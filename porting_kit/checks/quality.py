@@ -96,6 +96,8 @@ CANNOT_SEE = (
     "speaker traits GE2E does not encode (age, accent within a voice); a clone's similarity is not "
     "checked against a no-reference control",
     "the reference's own spread when it has one take: then only the floors judge (give N >= 3 takes)",
+    "waveform-level detail when sampling is on: STOI and PESQ need takes that line up in time "
+    "(a deterministic port) and are not applicable otherwise",
 )
 #: How to plug in models the user already has.
 HOOKS = ("--asr module:function (waveform float32 [samples], sample_rate) -> str, e.g. a Whisper "
