@@ -716,8 +716,8 @@ def align_pair(r: Any, c: Any, sr: int) -> Alignment:
 
     One lag from the FFT cross-correlation of the waveforms, not a DTW path: STOI and PESQ
     compare the two signals frame by frame (PESQ also re-aligns utterances itself), and a
-    DTW-warped candidate would hide a time-stretch and need a phase vocoder that itself lowers
-    PESQ. A single lag is what a deterministic port differs by (padding, a delayed first chunk).
+    DTW-warped candidate would hide a time-stretch and need a phase vocoder whose own artefacts
+    PESQ would score. A single lag is what a deterministic port differs by (padding, a delayed first chunk).
     Length agreement alone does not tell the same utterance: two sampled espeak takes of one
     prompt have speech lengths within 1-4 % of each other; their waveform correlation
     (0.06-0.27) tells them apart.
