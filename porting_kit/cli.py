@@ -258,7 +258,7 @@ def audio(ref: Path = typer.Argument(..., help="Reference audio file (WAV/FLAC).
 def quality(ref_dir: Path = typer.Argument(..., help="Reference takes: <prompt_id>/take<k>.wav + prompts.json."),
             cand_dir: Path = typer.Argument(..., help="Candidate takes, same layout and prompts."),
             metrics: str | None = typer.Option(None, "--metrics",
-                                               help="Comma-separated: duration,mcd,seam,wer,speaker,mos "
+                                               help="Comma-separated: duration,mcd,seam,stoi,pesq,wer,speaker,mos "
                                                     "(default all; a metric whose package is absent skips)."),
             chunk_samples: int | None = typer.Option(None, "--chunk-samples", min=2,
                                                      help="The candidate's streaming chunk in samples: "

@@ -19,6 +19,9 @@ Codes:
   repeated or garbled words (the evidence names the worst prompts with both transcripts);
 * ``quality.speaker`` -- speaker-embedding distance beyond the reference's: another voice;
 * ``quality.mos`` -- DNSMOS overall score dropped beyond the reference's spread;
+* ``quality.stoi`` / ``quality.pesq`` -- intrusive: the STOI / PESQ drop of the candidate's take
+  against the reference's take of the same (prompt, seed), only where the two line up in time
+  (a deterministic port); with sampling on they are "not applicable" (``quality.skipped``);
 * ``quality.sample_rate`` -- the candidate's clips are at another sample rate than the
   reference's (measured after resampling; exit 1 like ``hop.sample_rate_mismatch``);
 * ``quality.ok`` -- every metric that ran lies within the reference's spread;
@@ -43,6 +46,12 @@ MARGINS: dict[str, tuple[float, float]] = {
     "wer": (1.0, 0.15),        # absolute WER above the reference's worst take
     "speaker": (2.0, 0.05),    # 1 - cos of GE2E embeddings
     "mos": (1.0, 0.3),         # DNSMOS points below the reference's mean beyond its range
+    # STOI / PESQ drop of an aligned (deterministic) pair. The spread comes from reference takes that
+    # share a seed; with one take per seed it is 0 and the floor alone judges. Measured on the espeak
+    # pair: bf16-rounded output drops STOI 0.000 / PESQ 0.03, signal-proportional noise at 40 dB SNR
+    # 0.000 / 0.66, at 20 dB 0.030 / 3.0; white noise at 5 dB SNR 0.07-0.10 / 3.6.
+    "stoi": (2.0, 0.05),       # an intelligibility loss, beyond anything numerical (20 dB noise: 0.03)
+    "pesq": (2.0, 1.0),        # one MOS-LQO point (excellent -> good): bf16 and 40 dB noise pass
 }
 
 _WHAT = {
@@ -69,6 +78,14 @@ _WHAT = {
     "mos": ("the predicted MOS (DNSMOS) of the candidate dropped beyond the reference's spread",
             "noise, distortion or artefacts",
             "listen to the worst prompt; then check the decode path (porting-kit check)"),
+    "stoi": ("the candidate's take is less intelligible (STOI) than the reference's take of the same seed",
+             "noise or distortion strong enough to cost intelligibility, a band cut off, a broken decode",
+             "listen to the worst prompt; check the codec decode and dtype path "
+             "(porting-kit check --only decode,dtype,hop)"),
+    "pesq": ("the candidate's take scores a lower PESQ against the reference's take of the same seed",
+             "added noise, quantisation or distortion in the decode, a lossy resampling",
+             "listen to the worst prompt; check the codec decode and dtype path "
+             "(porting-kit check --only decode,dtype,hop)"),
 }
 
 #: What the metrics cannot see; written into every quality report.
@@ -79,6 +96,8 @@ CANNOT_SEE = (
     "speaker traits GE2E does not encode (age, accent within a voice); a clone's similarity is not "
     "checked against a no-reference control",
     "the reference's own spread when it has one take: then only the floors judge (give N >= 3 takes)",
+    "waveform-level detail when sampling is on: STOI and PESQ need takes that line up in time "
+    "(a deterministic port) and are not applicable otherwise",
 )
 #: How to plug in models the user already has.
 HOOKS = ("--asr module:function (waveform float32 [samples], sample_rate) -> str, e.g. a Whisper "
@@ -127,7 +146,7 @@ def _worst_prompts(metric: str, m: QualityMeasurement, count: int = 2) -> dict[s
         ev[f"prompt{i}_reference_spread"] = round(row["reference_spread"], 4)
         ev[f"prompt{i}_candidate"] = round(row["candidate"], 4)
         for key in ("reference_transcript", "candidate_transcript", "ratio", "reference_mos", "candidate_mos",
-                    "candidate_jump_max", "seams"):
+                    "candidate_jump_max", "seams", "candidate_worst", "aligned_pairs"):
             if key in row:
                 val = row[key]
                 ev[f"prompt{i}_{key}"] = round(val, 4) if isinstance(val, float) else val

@@ -9,6 +9,10 @@ spread, like a sampled TTS's. The clean candidate draws its jitter from another
 stream for the same seed (as a sampling port's RNG does), so it never copies a
 reference take and must still pass.
 
+``DETERMINISTIC = True`` makes the candidate draw its jitter from the reference's stream:
+a port with sampling off (or the same RNG), each seed repeating the reference's take, so the
+intrusive metrics (STOI, PESQ) can compare the two take by take.
+
 Variants (planted degradations of the candidate; ``VARIANT``):
 
 ============== =====================================================  ==================
@@ -44,6 +48,8 @@ VARIANTS = {
     "sample_rate": "the candidate serves 16 kHz instead of 22.05 kHz",
 }
 VARIANT: str | None = None
+#: True: the candidate repeats the reference's take of each seed (then ``VARIANT``'s fault).
+DETERMINISTIC = False
 
 #: The prompts both sides speak (``quality_prompts``: a spec name of the quality family).
 quality_prompts = {
@@ -166,5 +172,5 @@ def synthesize_candidate(text: str, seed: int) -> tuple[Any, int]:
     if VARIANT == "dropped_words":
         text = drop_last_half(text)
     voice = "en-us+f4" if VARIANT == "other_voice" else VOICE
-    y, sr = jittered_take(text, seed, stream="candidate", voice=voice)
+    y, sr = jittered_take(text, seed, stream="reference" if DETERMINISTIC else "candidate", voice=voice)
     return degrade(y, sr, VARIANT, seed)

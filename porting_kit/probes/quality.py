@@ -30,7 +30,11 @@ install command when its package is absent):
   ``asr(waveform, sample_rate) -> str``) scored with jiwer after text normalisation;
 * ``speaker`` -- ``1 - cos`` of speaker embeddings (resemblyzer's GE2E encoder, or the
   user's ``speaker(waveform, sample_rate) -> vector``);
-* ``mos`` -- DNSMOS P.835 overall score (speechmos's bundled ONNX models, onnxruntime).
+* ``mos`` -- DNSMOS P.835 overall score (speechmos's bundled ONNX models, onnxruntime);
+* ``stoi`` / ``pesq`` -- intrusive: the drop of STOI (pystoi) / PESQ MOS-LQO (pesq; wide-band
+  at 16 kHz, narrow-band at 8 kHz) of the candidate's take against the reference's take of the
+  same (prompt, seed), only where the two are the same utterance in time (:func:`align_pair`).
+  With sampling on no pair aligns and both report "not applicable" (a skip, never a fail).
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ _ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 #: pip package per optional metric (the install command a skip names).
 INSTALL = {"wer": "pip install pocketsphinx jiwer", "speaker": "pip install resemblyzer",
-           "mos": "pip install speechmos onnxruntime"}
+           "mos": "pip install speechmos onnxruntime", "stoi": "pip install pystoi",
+           "pesq": "pip install pesq (an sdist: needs a C compiler, ~20 s)"}
 
 
 @dataclass
@@ -308,7 +313,7 @@ class MetricResult:
     Attributes
     ----------
     name : str
-        ``duration``, ``mcd``, ``seam``, ``wer``, ``speaker``, ``mos``.
+        ``duration``, ``mcd``, ``seam``, ``stoi``, ``pesq``, ``wer``, ``speaker``, ``mos``.
     unit : str
     reference_spread : float or None
         The reference's worst take-to-take value (its own spread; ``None`` when skipped).
@@ -673,6 +678,183 @@ def _mos(ref: TakeSet, cand: dict[str, list[Any]]) -> MetricResult:
     return _finish(res)
 
 
+#: Two takes are the same utterance in time when the peak of their normalised waveform
+#: cross-correlation reaches this ...
+ALIGN_MIN_CORRELATION = 0.5
+#: ... and, once the candidate is moved by the lag, the two takes end within this fraction of the
+#: reference's length (a deterministic port that pads its last chunk differs by less; a 25 %
+#: time-stretch or an early stop by far more). Whole clips, not trimmed speech: noise fills the
+#: silence a trim would cut, so trimmed lengths would call a noisy deterministic take misaligned.
+ALIGN_LENGTH_TOLERANCE = 0.05
+
+
+@dataclass
+class Alignment:
+    """How one candidate take lines up with the reference's take of the same (prompt, seed).
+
+    Attributes
+    ----------
+    lag : int
+        Samples the candidate is late (negative: early), from the cross-correlation peak.
+    correlation : float
+        ``max |xcorr| / (||ref|| ||cand||)``: 1 for the same waveform, ~0.1-0.3 for two
+        sampled takes of one prompt (measured on the espeak pair), 0.87 at 5 dB SNR noise.
+    length_mismatch : float
+        ``|(len_cand - lag) - len_ref| / len_ref``: where the two takes end once aligned.
+    aligned : bool
+        ``correlation >= ALIGN_MIN_CORRELATION`` and ``length_mismatch <= ALIGN_LENGTH_TOLERANCE``.
+    """
+
+    lag: int
+    correlation: float
+    length_mismatch: float
+    aligned: bool
+
+
+def align_pair(r: Any, c: Any, sr: int) -> Alignment:
+    """Line up the candidate's take ``c`` with the reference's take ``r`` of the same (prompt, seed).
+
+    One lag from the FFT cross-correlation of the waveforms, not a DTW path: STOI and PESQ
+    compare the two signals frame by frame (PESQ also re-aligns utterances itself), and a
+    DTW-warped candidate would hide a time-stretch and need a phase vocoder whose own artefacts
+    PESQ would score. A single lag is what a deterministic port differs by (padding, a delayed first chunk).
+    Length agreement alone does not tell the same utterance: two sampled espeak takes of one
+    prompt have speech lengths within 1-4 % of each other; their waveform correlation
+    (0.06-0.27) tells them apart.
+
+    Returns
+    -------
+    Alignment
+    """
+    import numpy as np
+    from scipy.signal import correlate
+
+    x = correlate(c.astype(np.float64), r.astype(np.float64), mode="full", method="fft")
+    peak = int(np.argmax(np.abs(x)))
+    corr = float(np.abs(x[peak]) / (np.linalg.norm(r) * np.linalg.norm(c) + 1e-12))
+    lag = peak - (len(r) - 1)
+    mismatch = abs((len(c) - lag) - len(r)) / len(r)
+    return Alignment(lag, corr, mismatch, corr >= ALIGN_MIN_CORRELATION and mismatch <= ALIGN_LENGTH_TOLERANCE)
+
+
+def shifted(r: Any, c: Any, lag: int) -> tuple[Any, Any]:
+    """``r`` and ``c`` over their common span once ``c`` is moved ``lag`` samples earlier."""
+    if lag > 0:
+        c = c[lag:]
+    elif lag < 0:
+        r = r[-lag:]
+    n = min(len(r), len(c))
+    return r[:n], c[:n]
+
+
+def stoi_score(r: Any, c: Any, sr: int) -> float | None:
+    """STOI of ``c`` against ``r`` (pystoi; resamples to 10 kHz itself), 0..1; ``None`` where too
+    little speech is left after pystoi drops the silent frames (it would return 1e-5)."""
+    import warnings
+
+    from pystoi import stoi
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        score = float(stoi(r, c, sr, extended=False))
+    if any("Not enough STFT frames" in str(w.message) for w in caught):
+        return None
+    return score
+
+
+def pesq_mode(sr: int) -> tuple[int, str] | None:
+    """``(rate, mode)`` PESQ runs at for a clip at ``sr``: wide-band at 16 kHz (``sr >= 16000``),
+    narrow-band at 8 kHz (``8000 <= sr < 16000``), else ``None`` (not applicable)."""
+    if sr >= 16000:
+        return 16000, "wb"
+    if sr >= 8000:
+        return 8000, "nb"
+    return None
+
+
+def pesq_score(r: Any, c: Any, sr: int) -> float | None:
+    """PESQ MOS-LQO of ``c`` against ``r`` after resampling (soxr via librosa) to
+    :func:`pesq_mode`'s rate; ``None`` where PESQ finds no utterance or the clip is too short."""
+    from pesq import PesqError, pesq
+
+    rate, mode = pesq_mode(sr)
+    try:
+        return float(pesq(rate, _resample(r, sr, rate), _resample(c, sr, rate), mode))
+    except PesqError:
+        return None
+
+
+def _intrusive(name: str, ref: TakeSet, cand: dict[str, list[Any]]) -> MetricResult:
+    """STOI or PESQ drop per aligned (prompt, seed) pair (take ``k`` of both sides, as every metric
+    pairs them); the reference's spread from its takes that share a seed (re-synthesised),
+    else 0 (the floor alone judges)."""
+    unit = "STOI drop" if name == "stoi" else "PESQ drop (MOS-LQO)"
+    res = MetricResult(name, unit)
+    module = "pystoi" if name == "stoi" else "pesq"
+    if _available(module):
+        res.skipped = f"{module} is not installed: {INSTALL[name]}"
+        return res
+    sr = ref.sample_rate
+    if name == "pesq":
+        if pesq_mode(sr) is None:
+            res.skipped = f"not applicable: PESQ needs 8 kHz or more, the reference is at {sr} Hz"
+            return res
+        rate, mode = pesq_mode(sr)
+        res.detail["pesq_mode"] = f"{mode} at {rate} Hz"
+
+    unmeasurable = []
+
+    def drop(r: Any, c: Any) -> float | None:
+        a = align_pair(r, c, sr)
+        if not a.aligned:
+            return None
+        r, c = shifted(r, c, a.lag)
+        if name == "stoi":
+            score = stoi_score(r, c, sr)
+            out = None if score is None else 1.0 - score
+        else:
+            own, other = pesq_score(r, r, sr), pesq_score(r, c, sr)
+            out = None if own is None or other is None else own - other
+        if out is None:
+            unmeasurable.append(1)
+        return out
+
+    seeds = list(ref.seeds)
+    pairs = aligned = 0
+    for pid in ref.prompts:
+        rt, ct = ref.takes[pid], cand[pid]
+        same_seed = [(i, j) for i, j in itertools.combinations(range(len(rt)), 2)
+                     if i < len(seeds) and j < len(seeds) and seeds[i] == seeds[j]]
+        spread = [d for i, j in same_seed if (d := drop(rt[i], rt[j])) is not None]
+        drops = []
+        for k in range(min(len(rt), len(ct))):
+            pairs += 1
+            d = drop(rt[k], ct[k])
+            if d is not None:
+                drops.append(d)
+        aligned += len(drops)
+        if drops:
+            res.per_prompt[pid] = {"reference_spread": max(spread, default=0.0),
+                                   "candidate": sum(drops) / len(drops), "candidate_worst": max(drops),
+                                   "aligned_pairs": len(drops), "same_seed_reference_pairs": len(spread)}
+    if not res.per_prompt and unmeasurable:
+        res.skipped = (f"not applicable: {name} found too little speech in {len(unmeasurable)} aligned "
+                       f"pair(s) (clips too short or silent)")
+        return res
+    if not res.per_prompt:
+        res.skipped = (f"not applicable: takes not aligned (sampling on): none of the {pairs} (prompt, seed) "
+                       f"pairs is the same utterance in time (waveform correlation >= {ALIGN_MIN_CORRELATION} "
+                       f"and ends within {ALIGN_LENGTH_TOLERANCE:.0%} of the reference's length once aligned)")
+        return res
+    res.detail["aligned_pairs"] = f"{aligned} of {pairs}"
+    if unmeasurable:
+        res.detail["unmeasurable_pairs"] = len(unmeasurable)
+    same = sum(r["same_seed_reference_pairs"] for r in res.per_prompt.values())
+    res.detail["reference_spread_from"] = (f"{same} aligned pairs of reference takes with the same seed" if same
+                                           else "no two reference takes share a seed: the absolute floor judges")
+    return _finish(res)
+
+
 @dataclass
 class QualityMeasurement:
     """Everything :func:`measure_quality` measured.
@@ -683,7 +865,7 @@ class QualityMeasurement:
     sample_rates : (int, int)
         The two sides' rates in Hz (the candidate is resampled to the reference's to be measured).
     metrics : dict of str to MetricResult
-        In the order ``duration, mcd, seam, wer, speaker, mos`` (those asked for).
+        In the order ``duration, mcd, seam, stoi, pesq, wer, speaker, mos`` (those asked for).
     """
 
     reference: TakeSet
@@ -692,8 +874,9 @@ class QualityMeasurement:
     metrics: dict[str, MetricResult]
 
 
-#: Every metric :func:`measure_quality` knows, in run order; ``wer``/``speaker``/``mos`` need packages.
-METRICS = ("duration", "mcd", "seam", "wer", "speaker", "mos")
+#: Every metric :func:`measure_quality` knows, in run order; ``stoi``/``pesq``/``wer``/``speaker``/``mos``
+#: need packages.
+METRICS = ("duration", "mcd", "seam", "stoi", "pesq", "wer", "speaker", "mos")
 
 
 def measure_quality(ref: TakeSet, cand: TakeSet, *, metrics: Sequence[str] = METRICS,
@@ -743,6 +926,8 @@ def measure_quality(ref: TakeSet, cand: TakeSet, *, metrics: Sequence[str] = MET
             out[m].detail["fmax_hz"] = int(band)
         elif m == "seam":
             out[m] = _seam(ref, cand, c)
+        elif m in ("stoi", "pesq"):
+            out[m] = _intrusive(m, ref, c)
         elif m == "wer":
             out[m] = _wer(ref, c, asr)
         elif m == "speaker":

@@ -26,13 +26,13 @@ FAST = ["duration", "mcd", "seam"]
 FAST_PROMPTS = {k: ep.quality_prompts[k] for k in ("p01", "p03")}
 
 
-def _candidate(variant, prompts):
-    ep.VARIANT = variant
+def _candidate(variant, prompts, deterministic=False):
+    ep.VARIANT, ep.DETERMINISTIC = variant, deterministic
     try:
         return synthesize_take_set(ep.synthesize_candidate, prompts, ep.quality_seeds,
                                    chunk_samples=ep.CHUNK_SAMPLES, source=f"espeak:{variant}")
     finally:
-        ep.VARIANT = None
+        ep.VARIANT, ep.DETERMINISTIC = None, False
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +89,33 @@ def test_planted_degradation_named(reference, variant, code):
 ])
 def test_planted_degradation_seen_by_the_fast_metrics(reference, variant, code):
     assert code in _fails(quality_report(reference, _candidate(variant, FAST_PROMPTS), metrics=FAST))
+
+
+INTRUSIVE = ["stoi", "pesq"]
+
+
+def test_stoi_pesq_on_a_deterministic_pair(reference):
+    """A deterministic port (each seed repeats the reference's take) lines up take by take:
+    clean it passes with no drop; white noise at 5 dB SNR on it is quality.stoi and quality.pesq.
+    The sampled (jittered) clean pair is not applicable: a skip note, never a fail."""
+    pytest.importorskip("pystoi")
+    pytest.importorskip("pesq")
+    clean = quality_report(reference, _candidate(None, FAST_PROMPTS, deterministic=True), metrics=INTRUSIVE)
+    assert [f.code for f in clean.findings] == ["quality.ok"] and clean.exit_code == 0
+    rows = {r["metric"]: r for r in clean.quality["metrics"]}
+    assert rows["stoi"]["candidate"] == pytest.approx(0, abs=1e-4)
+    assert rows["pesq"]["candidate"] == pytest.approx(0, abs=0.01)
+    assert "6 of 6" in rows["pesq"]["note"] and "wb at 16000 Hz" in rows["pesq"]["note"]
+    noisy = quality_report(reference, _candidate("noise", FAST_PROMPTS, deterministic=True), metrics=INTRUSIVE)
+    assert _fails(noisy) == ["quality.pesq", "quality.stoi"] and noisy.exit_code == 1
+    for code in ("quality.stoi", "quality.pesq"):
+        f = noisy.by_code(code)[0]
+        assert f.evidence["candidate"] > f.evidence["threshold"] == MARGINS[f.evidence["metric"]][1]
+        assert f.evidence["prompt1"] in FAST_PROMPTS
+    sampled = quality_report(reference, _candidate("noise", FAST_PROMPTS), metrics=INTRUSIVE)
+    assert _fails(sampled) == []
+    assert [f.status for f in sampled.findings] == ["skip", "skip", "pass"]
+    assert all("not applicable: takes not aligned (sampling on)" in f.message for f in sampled.findings[:2])
 
 
 def _needs(*modules):

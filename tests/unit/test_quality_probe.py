@@ -6,6 +6,7 @@ so these run everywhere in the fast tier.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -164,3 +165,119 @@ def test_asr_and_speaker_hooks_reach_the_verdicts(tmp_path, monkeypatch):
     wer = data["findings"][0]["evidence"]
     assert wer["asr"] == "my_models:transcribe" and wer["prompt1_candidate_transcript"] == "one"
     assert main(["quality", str(ref), str(cand), "--asr", "my_models:nope"]) == 2
+
+
+#: STOI and PESQ themselves (pystoi comes with the quality extra; pesq is installed apart).
+needs_stoi_pesq = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("pystoi", "pesq")),
+                                     reason="pip install pystoi pesq")
+
+
+def _late(y, lag):
+    """``y`` delayed by ``lag`` samples (leading silence), same content."""
+    return np.concatenate([np.zeros(lag, np.float32), y]).astype(np.float32)
+
+
+def test_align_pair_tells_the_same_utterance_from_another_take():
+    """One cross-correlation lag lines up a deterministic take; another take of the same kind
+    (another seed: sampling on) or a time-stretched one is not the same utterance in time."""
+    import librosa
+
+    from porting_kit.probes.quality import align_pair, shifted
+
+    r = voiced(1)
+    a = align_pair(r, _late(r, 37), SR)
+    assert (a.lag, a.aligned) == (37, True) and a.correlation > 0.999 and a.length_mismatch == 0
+    rr, cc = shifted(r, _late(r, 37), a.lag)
+    assert np.array_equal(rr, cc)
+    other = align_pair(r, voiced(2), SR)
+    assert not other.aligned and other.correlation < 0.5
+    stretched = align_pair(r, librosa.effects.time_stretch(r, rate=0.8), SR)
+    assert not stretched.aligned and stretched.length_mismatch > 0.2
+
+
+def test_stoi_pesq_not_applicable_with_sampling_on():
+    """Takes of other seeds' draws never align: a skip note, never a fail."""
+    m = measure_quality(take_set(0), take_set(1), metrics=["stoi", "pesq"])
+    out = findings(m)
+    assert [f.code for f in out if f.status == "fail"] == []
+    skips = [f.message for f in out if f.status == "skip"]
+    assert len(skips) == 2
+    assert all("not applicable: takes not aligned (sampling on)" in s for s in skips)
+
+
+def _deterministic(noise_db=None, lag=0):
+    ref = take_set(0)
+    rng = np.random.default_rng(7)
+    takes = {}
+    for p, clips in ref.takes.items():
+        takes[p] = []
+        for y in clips:
+            c = y.copy()
+            if noise_db is not None:
+                c = c + (rng.standard_normal(c.size) * np.sqrt(np.mean(c ** 2) / 10 ** (noise_db / 10))).astype(np.float32)
+            takes[p].append(_late(c, lag))
+    return ref, TakeSet(dict(PROMPTS), takes, ref.sample_rate, [0, 1, 2])
+
+
+@needs_stoi_pesq
+def test_deterministic_pair_clean_passes_and_noise_is_quality_stoi_and_pesq():
+    ref, clean = _deterministic(lag=25)
+    out = findings(measure_quality(ref, clean, metrics=["stoi", "pesq"]))
+    assert [f.code for f in out] == ["quality.ok"]
+    assert out[0].evidence["stoi_candidate"] == pytest.approx(0, abs=1e-4)
+    assert out[0].evidence["pesq_candidate"] == pytest.approx(0, abs=0.01)
+    m = measure_quality(*_deterministic(noise_db=5, lag=25), metrics=["stoi", "pesq"])
+    out = findings(m)
+    assert [f.code for f in out if f.status == "fail"] == ["quality.stoi", "quality.pesq"]
+    for f in out:
+        assert f.evidence["candidate"] > f.evidence["threshold"] == f.evidence["margin_floor"]
+        assert f.evidence["aligned_pairs"] == "6 of 6"
+        assert f.evidence["reference_spread"] == 0  # one reference take per seed: the floor judges
+
+
+@needs_stoi_pesq
+def test_reference_takes_sharing_a_seed_give_the_spread():
+    """Re-synthesised reference takes (same seed twice) set the spread; the bar is factor x spread + floor."""
+    from porting_kit.checks.quality import metric_rows, threshold
+
+    ref, cand = _deterministic()
+    noisy = _deterministic(noise_db=30)[1]
+    ref.takes = {p: [clips[0], noisy.takes[p][0], clips[2]] for p, clips in ref.takes.items()}
+    ref.seeds = [0, 0, 1]
+    r = measure_quality(ref, cand, metrics=["pesq"]).metrics["pesq"]
+    assert r.reference_spread > 0.3
+    assert r.detail["reference_spread_from"].startswith("2 aligned pairs of reference takes with the same seed")
+    m = measure_quality(ref, cand, metrics=["pesq"])
+    row = metric_rows(m)[0]
+    assert row["threshold"] == pytest.approx(threshold("pesq", r.reference_spread), abs=1e-3)
+
+
+@needs_stoi_pesq
+@pytest.mark.parametrize("sr, expected", [(16000, "wb at 16000 Hz"), (11025, "nb at 8000 Hz"), (6000, None)])
+def test_pesq_band_follows_the_rate(sr, expected):
+    ref = TakeSet({"a": "x"}, {"a": [voiced(1, sr=sr)]}, sr, [0])
+    r = measure_quality(ref, TakeSet({"a": "x"}, {"a": [voiced(1, sr=sr)]}, sr, [0]), metrics=["pesq"]).metrics["pesq"]
+    if expected is None:
+        assert r.skipped == "not applicable: PESQ needs 8 kHz or more, the reference is at 6000 Hz"
+    else:
+        assert r.skipped is None and r.detail["pesq_mode"] == expected and r.candidate == pytest.approx(0, abs=0.01)
+
+
+@pytest.mark.parametrize("module, metric, command", [("pystoi", "stoi", "pip install pystoi"),
+                                                     ("pesq", "pesq", "pip install pesq")])
+def test_absent_intrusive_package_skips_with_the_install_command(monkeypatch, module, metric, command):
+    import sys
+
+    monkeypatch.setitem(sys.modules, module, None)  # the import fails as if not installed
+    ref, cand = _deterministic()
+    out = findings(measure_quality(ref, cand, metrics=[metric]))
+    assert [f.status for f in out] == ["skip", "pass"]
+    assert out[0].code == "quality.skipped" and f"{metric}: {module} is not installed: {command}" in out[0].message
+
+
+@needs_stoi_pesq
+def test_stoi_on_too_little_speech_is_not_applicable_not_a_drop():
+    """pystoi returns 1e-5 when too few frames are left: that must not read as a drop of 1."""
+    ref = TakeSet({"a": "x"}, {"a": [voiced(1, seconds=0.2)]}, SR, [0])
+    r = measure_quality(ref, ref, metrics=["stoi"]).metrics["stoi"]
+    assert r.skipped == "not applicable: stoi found too little speech in 1 aligned pair(s) (clips too short or silent)"
