@@ -72,12 +72,12 @@ from porting_kit.probes.rotary import (
     fit_base,
     fit_frequencies,
     garbage_reason,
-    layout_permutation,
     measure_rotation,
     mixed_layout_residuals,
     padded_table,
     qk_residual,
     reference_inv_freq,
+    rotary_permutation,
     rope_parameters,
     structures,
     undo_reference_rotation,
@@ -293,11 +293,11 @@ def _mixed_layout(pr: Probe, tol: dict[str, float], where: Where, reason: str) -
     rq = mixed_layout_residuals(pr.q_pre, pr.q_post, pr.theta_ref, pr.scale_ref)
     rk = mixed_layout_residuals(pr.k_pre, pr.k_post, pr.theta_ref, pr.scale_ref)
     res = {k: max(rq[k], rk[k]) for k in rq}
-    head_dim = pr.q_pre.shape[-1]
-    if head_dim == 2 * pr.theta_ref.shape[-1] and head_dim % 2 == 0:
+    head_dim, r = pr.q_pre.shape[-1], 2 * pr.theta_ref.shape[-1]
+    if r <= head_dim:
         # the candidate's dims in interleaved order through the conversion's q/k permutation
-        # (a Meta-style interleaved model whose port builds HF-layout tables)
-        perm = layout_permutation(head_dim).to(pr.q_pre.device)
+        # over the rotary dims (a Meta-style interleaved model whose port builds HF-layout tables)
+        perm = rotary_permutation(r, head_dim).to(pr.q_pre.device)
         pq = mixed_layout_residuals(pr.q_pre[..., perm], pr.q_post, pr.theta_ref, pr.scale_ref)
         pk = mixed_layout_residuals(pr.k_pre[..., perm], pr.k_post, pr.theta_ref, pr.scale_ref)
         res.update({f"{k}{_THROUGH}": max(pq[k], pk[k]) for k in pq})
@@ -655,10 +655,7 @@ def _low_precision_hypothesis(w_c, w_ref, e_ref: float, series, evidence, where:
 # ----------------------------------------------------------------- helpers
 
 def _reference_equivalent(pr: Probe) -> list[Structure]:
-    eq = [Structure(HALF, False, pr.rotary_dim_ref)]
-    if pr.rotary_dim_ref == pr.head_dim:
-        eq.append(Structure(INTERLEAVED, True, pr.head_dim))
-    return eq
+    return [Structure(HALF, False, pr.rotary_dim_ref), Structure(INTERLEAVED, True, pr.rotary_dim_ref)]
 
 
 def _equiv(st: Structure, ref_equiv: list[Structure]) -> bool:

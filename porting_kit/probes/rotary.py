@@ -131,6 +131,28 @@ def layout_permutation(head_dim: int):
     return torch.stack([torch.arange(h), torch.arange(h) + h], dim=1).reshape(-1)
 
 
+def rotary_permutation(rotary_dim: int, head_dim: int):
+    """:func:`layout_permutation` over the first ``rotary_dim`` dims, the pass-through dims
+    kept in place: the q/k row order of an interleaved kernel for a partial-rotary model
+    (a conversion that permutes only the rotated part of each head).
+
+    Parameters
+    ----------
+    rotary_dim : int
+        Rotated dims of a head (even, ``<= head_dim``).
+    head_dim : int
+
+    Returns
+    -------
+    torch.Tensor [shape=(head_dim,), int64]
+        ``layout_permutation(rotary_dim)`` then ``rotary_dim, ..., head_dim - 1``;
+        ``layout_permutation(head_dim)`` when ``rotary_dim == head_dim``.
+    """
+    import torch
+
+    return torch.cat([layout_permutation(rotary_dim), torch.arange(rotary_dim, head_dim)])
+
+
 def _pairs(layout: str, rotary_dim: int, head_dim: int):
     """(a, b) index tensors of the rotated pairs and the pass-through dims."""
     import torch
@@ -580,7 +602,8 @@ class Structure:
         ``apply_rotary_emb`` complex form).
     permuted : bool
         The reference's pre-rotary vectors are first reordered with
-        :func:`layout_permutation` (the q/k weight permutation of HF's Llama conversion).
+        :func:`rotary_permutation` over ``rotary_dim`` (the q/k weight permutation of HF's
+        Llama conversion; over the rotated dims only for partial rotary).
     rotary_dim : int
         Dims rotated per head (even); ``rotary_dim..head_dim`` pass through.
     """
@@ -628,7 +651,8 @@ def measure_rotation(pre, post, structure: Structure) -> RotationFit:
         The candidate's post-rotary q (or k) in its own dim order.
     structure : Structure
         When ``permuted``, ``pre`` is first mapped to interleaved order with
-        :func:`layout_permutation` (the conversion's q/k permutation).
+        :func:`rotary_permutation` over ``structure.rotary_dim`` (the conversion's q/k
+        permutation).
 
     Returns
     -------
@@ -641,7 +665,7 @@ def measure_rotation(pre, post, structure: Structure) -> RotationFit:
     post = post.to(torch.float64)
     d = pre.shape[-1]
     if structure.permuted:
-        pre = pre[..., layout_permutation(d)]
+        pre = pre[..., rotary_permutation(structure.rotary_dim, d)]
     a, b, rest = _pairs(structure.layout, structure.rotary_dim, d)
     zx = torch.complex(pre[..., a], pre[..., b])
     zy = torch.complex(post[..., a], post[..., b])
@@ -666,21 +690,25 @@ def structures(head_dim: int, reference_rotary_dim: int) -> list[Structure]:
     Returns
     -------
     list of Structure
-        2 layouts x {plain, permuted} x rotary dims (the reference's, ``head_dim``,
-        ``head_dim/2``, ``head_dim/4``, ``3 head_dim/4``; even, >= 2, <= ``head_dim``,
-        no repeats). ``permuted`` only with ``rotary_dim == head_dim``.
+        For the reference's rotary dims and ``head_dim``: 2 layouts x {plain, permuted}
+        (the permutation over those dims); then, over every other even rotary dim
+        ``2..head_dim`` (widest first), rotate-half and interleaved through the permutation
+        (the two pairings a weight map makes equivalent to the reference's), so a port that
+        slices the head at any width is measured, not only at a quarter fraction. Plain
+        interleaved pairs need no other width: interleaved over ``head_dim`` fits an
+        interleaved kernel of any narrower width (its tail pairs fit a rotation of 0).
     """
-    dims = []
-    for r in (reference_rotary_dim, head_dim, head_dim // 2, head_dim // 4, 3 * head_dim // 4):
-        if r >= 2 and r % 2 == 0 and r <= head_dim and r not in dims:
-            dims.append(r)
     out = []
-    for r in dims:
+    for r in dict.fromkeys((reference_rotary_dim, head_dim)):
+        if not (r >= 2 and r % 2 == 0 and r <= head_dim):
+            continue
         for layout in (HALF, INTERLEAVED):
             for permuted in (False, True):
-                if permuted and r != head_dim:
-                    continue
                 out.append(Structure(layout, permuted, r))
+    done = {s.rotary_dim for s in out}
+    for r in range(head_dim - head_dim % 2, 1, -2):
+        if r not in done:
+            out += [Structure(HALF, False, r), Structure(INTERLEAVED, True, r)]
     return out
 
 
