@@ -31,10 +31,10 @@ class RotarySite:
         Qualified module name holding it (``""`` for the root), plus the
         attribute: ``model.rotary_emb.inv_freq``, ``freqs_cis``.
     kind : str
-        ``inv_freq``, ``cos_sin_cache`` or ``freqs_cis``.
+        ``inv_freq``, ``cos_sin_cache``, ``freqs_cis`` or ``cos_sin_tables`` (a
+        ``cos_cached`` / ``sin_cached`` pair; ``name`` ends in the cos table's name).
     inv_freq : torch.Tensor [shape=(rotary_dim // 2,), float64]
-        Radians per position as stored (for ``cos_sin_cache`` / ``freqs_cis``
-        the angle at position 1).
+        Radians per position as stored (for the tables the angle at position 1).
     dtype : str
         Storage dtype of the table.
     module : torch.nn.Module
@@ -53,8 +53,11 @@ class RotarySite:
         return self.name.rsplit(".", 1)[0] if "." in self.name else "<root>"
 
 
+#: Precomputed full-width cos tables (older transformers, many ports), each with its sin twin
+#: (``cos`` -> ``sin`` in the name): :func:`find_rotary` reads them as one table.
+_COS_TABLES = ("cos_cached", "_cos_cached", "cos_cache")
 #: The attribute names :func:`find_rotary` and :func:`find_norms` read.
-_ROTARY_ATTRS = ("inv_freq", "cos_sin_cache", "freqs_cis")
+_ROTARY_ATTRS = ("inv_freq", "cos_sin_cache", "freqs_cis", *_COS_TABLES)
 _EPS_ATTRS = ("variance_epsilon", "eps")
 _CLASS_ATTRS: dict[type, tuple[frozenset, bool]] = {}  # class -> (which of those it defines
 # as class attributes (properties), whether it is torch.nn's own)
@@ -91,8 +94,11 @@ def find_rotary(model, walk=None) -> list[RotarySite]:
     Looks for (by attribute name, on every submodule): a 1-D floating
     ``inv_freq`` tensor (HF ``*RotaryEmbedding``, vLLM ``RotaryEmbedding``), a
     2-D ``cos_sin_cache`` (vLLM: ``[cos | sin]`` per position), a 2-D complex
-    ``freqs_cis`` (Meta Llama: ``exp(i * position * inv_freq)``). One site per
-    module: the first of the three found wins.
+    ``freqs_cis`` (Meta Llama: ``exp(i * position * inv_freq)``), a pair of full-width
+    cos/sin tables (``cos_cached`` / ``sin_cached``, ``_cos_cached`` / ``_sin_cached``,
+    ``cos_cache`` / ``sin_cache``: ``(..., max_positions, rotary_dim)``, half-split
+    ``cat(f, f)`` or interleaved ``repeat_interleave(f, 2)``; kind ``cos_sin_tables``).
+    One site per module: the first found wins, in that order.
 
     Parameters
     ----------
@@ -134,6 +140,16 @@ def find_rotary(model, walk=None) -> list[RotarySite]:
         t = getattr(mod, "freqs_cis", None)
         if isinstance(t, torch.Tensor) and t.ndim == 2 and t.is_complex() and t.shape[0] > 1:
             found.append((prefix + "freqs_cis", "freqs_cis", t, mod))
+            continue
+        for cname in _COS_TABLES:
+            c, sn = getattr(mod, cname, None), getattr(mod, cname.replace("cos", "sin"), None)
+            if (isinstance(c, torch.Tensor) and isinstance(sn, torch.Tensor) and c.shape == sn.shape
+                    and c.ndim >= 2 and c.is_floating_point() and c.shape[-1] % 2 == 0):
+                rows2 = c.reshape(-1, c.shape[-1])
+                if rows2.shape[0] > 1:  # position 1's row: [cos | sin] as a cos_sin_cache row
+                    found.append((prefix + cname, "cos_sin_tables",
+                                  torch.cat([rows2[:2], sn.reshape(-1, c.shape[-1])[:2]], -1), mod))
+                    break
     rows = _rows_on_host([t if kind == "inv_freq" else t[1] for _, kind, t, _ in found])
     sites: list[RotarySite] = []
     for (name, kind, t, mod), row in zip(found, rows):
@@ -142,10 +158,29 @@ def find_rotary(model, walk=None) -> list[RotarySite]:
             w = torch.atan2(row[half:], row[:half])
         elif kind == "freqs_cis":
             w = torch.angle(row)
+        elif kind == "cos_sin_tables":
+            w = _table_angles(row)
         else:
             w = row
         sites.append(RotarySite(name, kind, w, str(t.dtype).replace("torch.", ""), mod))
     return sites
+
+
+def _table_angles(row):
+    """Radians per position from position 1's ``[cos | sin]`` of full-width tables: one angle
+    per pair, read in the layout the table is in (``cat(f, f)``: the first half; interleaved
+    ``repeat_interleave(f, 2)``: every other entry; neither, e.g. uninitialised memory: the
+    first half, for :func:`porting_kit.probes.rotary.garbage_reason` to judge)."""
+    import torch
+
+    width = row.numel() // 2
+    ang = torch.atan2(row[width:], row[:width])
+    n = width // 2
+    if torch.equal(ang[:n], ang[n:]):
+        return ang[:n]
+    if torch.equal(ang[0::2], ang[1::2]):
+        return ang[0::2]
+    return ang[:n]
 
 
 def _rows_on_host(rows: list[Any]) -> list[Any]:

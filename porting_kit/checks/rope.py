@@ -289,30 +289,44 @@ def padding_finding(ref_sites: list[RotarySite], cand: RotarySite, where: Where)
 
 def _mixed_layout(pr: Probe, tol: dict[str, float], where: Where, reason: str) -> Finding | None:
     """``rope.layout_mismatch`` when cos/sin built in one layout and applied with the other
-    rotation explain the candidate's q and k (:func:`~porting_kit.probes.rotary.mixed_layout_residuals`)."""
-    rq = mixed_layout_residuals(pr.q_pre, pr.q_post, pr.theta_ref, pr.scale_ref)
-    rk = mixed_layout_residuals(pr.k_pre, pr.k_post, pr.theta_ref, pr.scale_ref)
-    res = {k: max(rq[k], rk[k]) for k in rq}
+    rotation explain the candidate's q and k (:func:`~porting_kit.probes.rotary.mixed_layout_residuals`):
+    on the reference's dim order or through the conversion's q/k permutation over the rotary
+    dims, with tables of the rotary width or zero-padded to the full head (partial rotary by
+    padding)."""
     head_dim, r = pr.q_pre.shape[-1], 2 * pr.theta_ref.shape[-1]
-    if r <= head_dim:
-        # the candidate's dims in interleaved order through the conversion's q/k permutation
-        # over the rotary dims (a Meta-style interleaved model whose port builds HF-layout tables)
-        perm = rotary_permutation(r, head_dim).to(pr.q_pre.device)
-        pq = mixed_layout_residuals(pr.q_pre[..., perm], pr.q_post, pr.theta_ref, pr.scale_ref)
-        pk = mixed_layout_residuals(pr.k_pre[..., perm], pr.k_post, pr.theta_ref, pr.scale_ref)
-        res.update({f"{k}{_THROUGH}": max(pq[k], pk[k]) for k in pq})
+    res: dict[str, float] = {}
+    spans: dict[str, tuple[int, str]] = {}
+    # the candidate's dims in interleaved order through the conversion's q/k permutation over
+    # the rotary dims (a Meta-style interleaved model whose port builds HF-layout tables)
+    perm = rotary_permutation(r, head_dim).to(pr.q_pre.device) if r <= head_dim else None
+    for span in dict.fromkeys((r, head_dim - head_dim % 2)):
+        if span < r:
+            continue
+        pad = "" if span == r else f"_padded_to_{span}"
+        for through, (q, k) in ((False, (pr.q_pre, pr.k_pre)),
+                                (True, (None, None) if perm is None else (pr.q_pre[..., perm], pr.k_pre[..., perm]))):
+            if q is None:
+                continue
+            rq = mixed_layout_residuals(q, pr.q_post, pr.theta_ref, pr.scale_ref, span)
+            rk = mixed_layout_residuals(k, pr.k_post, pr.theta_ref, pr.scale_ref, span)
+            for h in rq:
+                key = h + (_THROUGH if through else "") + pad
+                res[key], spans[key] = max(rq[h], rk[h]), (span, h)
     best = min(res, key=lambda k: res[k])
     if res[best] > tol["structure"]:
         return None
-    hypothesis, through = best.removesuffix(_THROUGH), best.endswith(_THROUGH)
+    span, hypothesis = spans[best]
+    through = _THROUGH in best
     table, rotation = (("half-split (cat(f, f), HF cache)", "interleaved pairs")
                        if hypothesis == "half_table_interleaved_rotation"
                        else ("interleaved (repeat_interleave(f, 2))", "rotate-half"))
     ev = {"hypothesis": hypothesis, "cos_sin_layout": table.split(" ")[0], "rotation_layout": rotation,
           "hypothesis_residual": res[best], "probe_site_candidate": pr.cand_site,
-          "through_qk_permutation": through,
+          "through_qk_permutation": through, "table_span": span,
           "reference_layout": HALF, **{f"residual_{k}": v for k, v in res.items()}}
     via = " (its q/k rows in the interleaved order of the conversion's q/k permutation)" if through else ""
+    if span != r:
+        via += f" (its tables zero-padded from {r} to {span} dims: partial rotary by padding)"
     return _fail("rope.layout_mismatch",
                  f"The candidate builds cos/sin in the {table} layout but rotates {rotation}{via}: that "
                  f"mix reproduces its q/k (relative residual {res[best]:.2g}); {reason}.", ev, where)

@@ -214,7 +214,8 @@ def garbage_reason(inv_freq) -> str | None:
     str or None
         One clause for the finding's message (``"3 of 32 values are NaN/Inf"``), checked
         in that order: empty, non-finite, non-positive, ``inv_freq[0] > 1 + 1e-3``
-        rad/position, increasing by more than a relative 1e-6 anywhere.
+        rad/position, increasing by more than a relative 1e-6 anywhere, two or more values
+        all equal (memory filled with one value; a RoPE base is > 1, so its table decays).
     """
     import torch
 
@@ -233,6 +234,8 @@ def garbage_reason(inv_freq) -> str | None:
         return f"inv_freq[0] = {w[0]:.6g} > 1 rad/position"
     if any(b > a * (1 + 1e-6) for a, b in zip(w, w[1:])):
         return "values are not decreasing (not a geometric series)"
+    if n > 1 and w[-1] >= w[0]:  # base ** (-2i / d) decays for every base > 1
+        return f"all {n} values are equal ({w[0]:.6g}): no decay over the pairs"
     return None
 
 
@@ -291,7 +294,7 @@ def padded_table(inv_freq) -> PaddedTable | None:
     return PaddedTable(k, int(w.numel()))
 
 
-def mixed_layout_residuals(pre, post, theta, scale: float = 1.0) -> dict[str, float]:
+def mixed_layout_residuals(pre, post, theta, scale: float = 1.0, span: int | None = None) -> dict[str, float]:
     """Relative residual of the two mixed RoPE layouts against measured post-rotary vectors.
 
     A port can build cos/sin in one layout and pair elements in the other. Both
@@ -310,16 +313,22 @@ def mixed_layout_residuals(pre, post, theta, scale: float = 1.0) -> dict[str, fl
         The reference's angles, radians.
     scale : float
         Attention scaling multiplying cos/sin.
+    span : int, optional
+        Width of the candidate's tables when it does partial rotary by zero padding: the
+        angles padded with zeros (identity pairs) to ``span / 2`` and the mix applied over
+        ``span`` dims (default: ``rotary_dim``, no padding).
 
     Returns
     -------
     dict of str to float
-        Hypothesis -> ``||hyp - post|| / ||post||`` (the first ``rotary_dim`` dims rotated,
-        the rest passed through).
+        Hypothesis -> ``||hyp - post|| / ||post||`` (the first ``rotary_dim`` (or ``span``)
+        dims rotated, the rest passed through).
     """
     import torch
 
     pre, post = pre.to(torch.float64), post.to(torch.float64)
+    if span is not None and span > 2 * theta.shape[-1]:
+        theta = torch.cat([theta, theta.new_zeros(theta.shape[0], span // 2 - theta.shape[-1])], -1)
     r = 2 * theta.shape[-1]
     c, s = torch.cos(theta) * scale, torch.sin(theta) * scale
     x = pre[..., :r]
