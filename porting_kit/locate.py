@@ -39,6 +39,10 @@ class RotarySite:
         Storage dtype of the table.
     module : torch.nn.Module
         The module (for HF: has ``config``, ``rope_type``, ``attention_scaling``).
+    rows : torch.Tensor [shape=(positions, entries), complex128] or None
+        For a precomputed table (``cos_sin_cache``, ``freqs_cis``, ``cos_sin_tables``): its
+        first rows (positions 0..3) as ``cos + i sin`` per entry, for
+        :func:`porting_kit.probes.rotary.table_rows_reason`; None for ``inv_freq``.
     """
 
     name: str
@@ -46,6 +50,7 @@ class RotarySite:
     inv_freq: Any
     dtype: str
     module: Any = field(repr=False, default=None)
+    rows: Any = field(repr=False, default=None)
 
     @property
     def module_name(self) -> str:
@@ -148,34 +153,41 @@ def find_rotary(model, walk=None) -> list[RotarySite]:
                 rows2 = c.reshape(-1, c.shape[-1])
                 if rows2.shape[0] > 1:  # position 1's row: [cos | sin] as a cos_sin_cache row
                     found.append((prefix + cname, "cos_sin_tables",
-                                  torch.cat([rows2[:2], sn.reshape(-1, c.shape[-1])[:2]], -1), mod))
+                                  torch.cat([rows2[:_TABLE_ROWS], sn.reshape(-1, c.shape[-1])[:_TABLE_ROWS]],
+                                            -1), mod))
                     break
-    rows = _rows_on_host([t if kind == "inv_freq" else t[1] for _, kind, t, _ in found])
+    heads = [t if kind == "inv_freq" else t[:_TABLE_ROWS] for _, kind, t, _ in found]
+    flat = _rows_on_host(heads)
     sites: list[RotarySite] = []
-    for (name, kind, t, mod), row in zip(found, rows):
-        if kind == "cos_sin_cache":
-            half = t.shape[1] // 2
-            w = torch.atan2(row[half:], row[:half])
-        elif kind == "freqs_cis":
-            w = torch.angle(row)
-        elif kind == "cos_sin_tables":
-            w = _table_angles(row)
-        else:
-            w = row
-        sites.append(RotarySite(name, kind, w, str(t.dtype).replace("torch.", ""), mod))
+    for (name, kind, t, mod), head, f in zip(found, heads, flat):
+        if kind == "inv_freq":
+            sites.append(RotarySite(name, kind, f, str(t.dtype).replace("torch.", ""), mod))
+            continue
+        block = f.reshape(head.shape[0], -1)
+        if kind == "freqs_cis":
+            rows = block
+        else:  # [cos | sin] per row
+            half = block.shape[1] // 2
+            rows = torch.complex(block[:, :half], block[:, half:])
+        row = rows[1]
+        w = _table_angles(row) if kind == "cos_sin_tables" else torch.angle(row)
+        sites.append(RotarySite(name, kind, w, str(t.dtype).replace("torch.", ""), mod, rows))
     return sites
 
 
+#: Rows (positions 0..3) of a precomputed table kept for the consistency check.
+_TABLE_ROWS = 4
+
+
 def _table_angles(row):
-    """Radians per position from position 1's ``[cos | sin]`` of full-width tables: one angle
+    """Radians per position from position 1's ``cos + i sin`` of full-width tables: one angle
     per pair, read in the layout the table is in (``cat(f, f)``: the first half; interleaved
     ``repeat_interleave(f, 2)``: every other entry; neither, e.g. uninitialised memory: the
     first half, for :func:`porting_kit.probes.rotary.garbage_reason` to judge)."""
     import torch
 
-    width = row.numel() // 2
-    ang = torch.atan2(row[width:], row[:width])
-    n = width // 2
+    ang = torch.angle(row)
+    n = row.numel() // 2
     if torch.equal(ang[:n], ang[n:]):
         return ang[:n]
     if torch.equal(ang[0::2], ang[1::2]):

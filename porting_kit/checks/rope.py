@@ -8,8 +8,10 @@ Codes: ``rope.inv_freq_uninitialized``, ``rope.theta_mismatch``,
 How it decides (differential, :mod:`porting_kit.probes.rotary` does the measuring)
 --------------------------------------------------------------------------
 1. *Stored tables.* The candidate's ``inv_freq`` / ``cos_sin_cache`` /
-   ``freqs_cis`` must be a RoPE table (finite, positive, decreasing, at most
-   1 rad/position); otherwise ``rope.inv_freq_uninitialized`` -- except a
+   ``freqs_cis`` / ``cos_cached``+``sin_cached`` must be a RoPE table (finite,
+   positive, decreasing, at most 1 rad/position; a precomputed table's first rows
+   of one magnitude, angle 0 at position 0 and position ``p`` at ``p`` times
+   position 1's); otherwise ``rope.inv_freq_uninitialized`` -- except a
    table that ends in one regular block of zeros after a valid prefix
    (partial rotary by padding: zero ``inv_freq``, identity cos/sin), which is
    compared as partial rotary: a rotated fraction different from the
@@ -80,6 +82,7 @@ from porting_kit.probes.rotary import (
     rotary_permutation,
     rope_parameters,
     structures,
+    table_rows_reason,
     undo_reference_rotation,
     wrap,
 )
@@ -218,8 +221,9 @@ def run(ctx: CheckContext) -> list[Finding]:
     ref_ok = not ref_sites or garbage_reason(ref_sites[0].inv_freq) is None \
         or padded_table(ref_sites[0].inv_freq) is not None
     for s in cand_sites:
-        reason = garbage_reason(s.inv_freq)
-        if reason and ref_ok and padded_table(s.inv_freq) is not None:
+        rows_reason = table_rows_reason(s.rows)
+        reason = rows_reason or garbage_reason(s.inv_freq)
+        if reason and not rows_reason and ref_ok and padded_table(s.inv_freq) is not None:
             padded = padding_finding(ref_sites, s, Where(where.reference, s.module_name))
             if padded is not None:
                 return [_with_divergence(padded, ctx)]

@@ -239,6 +239,52 @@ def garbage_reason(inv_freq) -> str | None:
     return None
 
 
+def table_rows_reason(rows, tol: float = 2e-2) -> str | None:
+    """Why a precomputed cos/sin (or complex) table's first rows are not RoPE rows, or ``None``.
+
+    Row ``p`` of a RoPE table holds ``scale * exp(i p w_j)`` per entry: one magnitude (the
+    attention scaling) everywhere, angle 0 at position 0, and the angle at position ``p``
+    ``p`` times the one at position 1 (mod 2 pi). Uninitialised memory breaks that even when
+    position 1's angles happen to look like a frequency table (one pair, or values that fall
+    in order).
+
+    Parameters
+    ----------
+    rows : torch.Tensor [shape=(positions, entries), complex] or None
+        :attr:`porting_kit.locate.RotarySite.rows` (``cos + i sin``); None: nothing to judge.
+    tol : float, default 2e-2
+        Relative magnitude spread and angle error (radians) allowed: a bfloat16 table is
+        within about 4e-3 of its float64 values; garbage is off by order 1.
+
+    Returns
+    -------
+    str or None
+        One clause for the finding's message; None when the rows are consistent, or fewer
+        than two rows.
+    """
+    import torch
+
+    if rows is None or rows.ndim != 2 or rows.shape[0] < 2 or rows.numel() == 0:
+        return None
+    r = rows.to(torch.complex128)
+    if not bool(torch.isfinite(torch.view_as_real(r)).all()):
+        return "the table holds NaN/Inf"
+    mag = r.abs()
+    top = float(mag.max())
+    if top == 0:
+        return "the table is all zeros"
+    if float(mag.min()) < top * (1 - tol):
+        return (f"its cos/sin magnitudes vary from {float(mag.min()):.3g} to {top:.3g} over positions "
+                f"0..{rows.shape[0] - 1} (a rotation table has one)")
+    w = torch.angle(r[1])
+    p = torch.arange(r.shape[0], dtype=torch.float64)[:, None]
+    err = float(wrap(torch.angle(r) - p * w[None]).abs().max())
+    if err > tol * max(1, r.shape[0] - 1):
+        return (f"its angles at positions 0..{rows.shape[0] - 1} are not multiples of position 1's "
+                f"(off by up to {err:.3g} rad)")
+    return None
+
+
 @dataclass
 class PaddedTable:
     """A frequency table that ends in a regular block of zeros: partial rotary by padding.
