@@ -613,10 +613,17 @@ def _offset_hypothesis(th_k, w_ref, pos, kq: int, eq: float, tol, evidence, wher
     if not ((kq or kk) and max(eq, ek) <= tol["angle"]):
         return None
     evidence.update({"offset": kq if kq else kk, "offset_q": kq, "offset_k": kk})
-    return _fail("rope.position_offset",
-                 f"The candidate's rotation matches the reference's at positions shifted by "
-                 f"k={kq if kq else kk} (q shifted {kq}, k shifted {kk}; angle error {max(eq, ek):.2g} "
-                 "rad).", evidence, where)
+    msg = (f"The candidate's rotation matches the reference's at positions shifted by "
+           f"k={kq if kq else kk} (q shifted {kq}, k shifted {kk}; angle error {max(eq, ek):.2g} rad)")
+    if kq == kk:
+        # q and k shifted alike: RoPE scores depend on q/k position differences only, so the
+        # attention output is the reference's; a warning (absolute positions matter past the
+        # table's length, under position-dependent scaling, or to another part of the model)
+        return Finding(P, "rope.position_offset", "warn",
+                       msg + ": q and k alike, so the attention scores are unchanged (RoPE is relative); "
+                       "it matters where the absolute position does (table length, dynamic scaling).",
+                       evidence, where, _HINTS["rope.position_offset"])
+    return _fail("rope.position_offset", msg + ".", evidence, where)
 
 
 def _scaling_hypothesis(ref_site: RotarySite, rope_type, base_ref: float, params, th_q, th_k, pos, tol,

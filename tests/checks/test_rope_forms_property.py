@@ -324,6 +324,67 @@ def _spec(cfg: RefConfig, port: Port) -> Spec:
     return Spec(module=mod, name="test:rope_forms")
 
 
+# ------------------------------------------------------------------ the pieces (fast)
+
+def _tables_module(layout: str, rotary_dim: int = 8, base: float = 1e4, garbage=None):
+    port = Port("tables", "half", layout, False, rotary_dim, False, base, 0, 0, False, garbage)
+    return Rotary(port, rotary_dim)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_cos_sin_tables_are_located_in_either_layout(layout):
+    from porting_kit.locate import find_rotary
+    from porting_kit.probes.rotary import default_inv_freq, garbage_reason, table_rows_reason
+
+    (site,) = find_rotary(_tables_module(layout))
+    assert (site.name, site.kind) == ("cos_cached", "cos_sin_tables")
+    torch.testing.assert_close(site.inv_freq, default_inv_freq(1e4, 8), rtol=1e-6, atol=1e-6)
+    assert garbage_reason(site.inv_freq) is None and table_rows_reason(site.rows) is None
+
+
+@pytest.mark.parametrize("garbage", ["zeros", "nan", "random"])
+def test_uninitialised_tables_are_not_rope_rows(garbage):
+    from porting_kit.locate import find_rotary
+    from porting_kit.probes.rotary import table_rows_reason
+
+    (site,) = find_rotary(_tables_module("half", garbage=garbage))
+    assert table_rows_reason(site.rows) is not None
+
+
+def test_one_pair_garbage_cache_is_caught_by_its_rows():
+    """One rotating pair: position 1's angle alone can pass as a table; the rows cannot."""
+    from porting_kit.probes.rotary import garbage_reason, table_rows_reason
+
+    rows = torch.polar(torch.rand(4, 1, dtype=torch.float64) * 5, torch.tensor([[0.0], [0.7], [0.2], [2.5]],
+                                                                             dtype=torch.float64))
+    assert garbage_reason(torch.angle(rows[1])) is None
+    assert "magnitudes vary" in table_rows_reason(rows)
+    clean = torch.polar(torch.full((4, 3), 0.8, dtype=torch.float64),
+                        torch.arange(4.0, dtype=torch.float64)[:, None] * torch.tensor([1.0, 0.1, 0.01],
+                                                                                    dtype=torch.float64))
+    assert table_rows_reason(clean) is None  # a scaled (YaRN-like) table is one magnitude too
+
+
+def test_constant_table_is_garbage():
+    from porting_kit.probes.rotary import garbage_reason
+
+    assert "equal" in garbage_reason(torch.full((4,), 0.7))
+    assert garbage_reason(torch.tensor([0.7])) is None  # one pair: base ** 0, nothing to decay
+
+
+@pytest.mark.parametrize("head_dim, r", [(16, 6), (16, 10), (12, 4), (12, 10)])
+def test_slicing_at_any_even_width_is_measured(head_dim, r):
+    """Widths that are not a quarter fraction of the head (used to be rope.unexplained)."""
+    from porting_kit.probes.rotary import HALF, Structure, default_inv_freq, measure_rotation, rotate, structures
+
+    assert Structure(HALF, False, r) in structures(head_dim, head_dim)
+    g = torch.Generator().manual_seed(r)
+    pre = torch.randn(1, 2, 6, head_dim, generator=g, dtype=torch.float64)
+    theta = torch.arange(6, dtype=torch.float64)[:, None] * default_inv_freq(1e4, r)[None]
+    fit = measure_rotation(pre, rotate(pre, theta), Structure(HALF, False, r))
+    assert fit.residual < 1e-9
+
+
 # ------------------------------------------------------------------ generator
 
 @st.composite
@@ -402,6 +463,9 @@ def test_rope_faults_over_storage_forms_are_named_and_clean_twins_pass(c):
         assert bad == [], (cfg, port, rope.message)
     else:
         assert rope.code == EXPECTED[fault], (cfg, port, rope.code, rope.message)
+        # q and k shifted alike leave the attention scores as they are: a warning, not a fail
+        uniform_shift = fault == "offset" and port.offset_k == port.offset
+        assert rope.status == ("warn" if uniform_shift else "fail"), (cfg, port, rope.message)
 
 
 def tally(n: int = 300) -> dict:
