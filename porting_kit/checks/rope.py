@@ -80,6 +80,7 @@ from porting_kit.probes.rotary import (
     qk_residual,
     reference_inv_freq,
     rotary_permutation,
+    sliced_width,
     rope_parameters,
     structures,
     table_rows_reason,
@@ -529,7 +530,10 @@ def _fit_structure(pr: Probe, tol: dict[str, float]) -> _StructureFit:
     """Fit every RoPE dim pairing to the candidate's q and k rotations; the best one first
     (within tolerance, the reference's equivalent pairing and the widest rotary dims win)."""
     fits = []
-    for st in structures(pr.head_dim, pr.rotary_dim_ref):
+    base = structures(pr.head_dim, pr.rotary_dim_ref)
+    # a slice at a width that is no quarter fraction of the head: found on the data
+    sliced = sliced_width(pr.q_pre, pr.q_post, {s.rotary_dim for s in base})
+    for st in structures(pr.head_dim, pr.rotary_dim_ref, extra=() if sliced is None else (sliced,)):
         fq, fk = measure_rotation(pr.q_pre, pr.q_post, st), measure_rotation(pr.k_pre, pr.k_post, st)
         fits.append((max(fq.residual, fk.residual), st, fq, fk))
     ref_equiv = _reference_equivalent(pr)

@@ -732,7 +732,7 @@ def measure_rotation(pre, post, structure: Structure) -> RotationFit:
     return RotationFit(structure, float((err / total).sqrt()), torch.angle(rho), rho.abs())
 
 
-def structures(head_dim: int, reference_rotary_dim: int) -> list[Structure]:
+def structures(head_dim: int, reference_rotary_dim: int, extra: tuple[int, ...] = ()) -> list[Structure]:
     """The pairings :func:`measure_rotation` tries.
 
     Parameters
@@ -741,17 +741,20 @@ def structures(head_dim: int, reference_rotary_dim: int) -> list[Structure]:
         Dims of one attention head.
     reference_rotary_dim : int
         Rotated dims of the reference (``head_dim * partial_rotary_factor``), tried first.
+    extra : tuple of int, optional
+        Other rotary widths to try, e.g. the width the data shows (:func:`rotated_width`: a
+        port that slices the head at a width that is no quarter fraction of it).
 
     Returns
     -------
     list of Structure
         For the reference's rotary dims and ``head_dim``: 2 layouts x {plain, permuted}
-        (the permutation over those dims); then, over every other even rotary dim
-        ``2..head_dim`` (widest first), rotate-half and interleaved through the permutation
-        (the two pairings a weight map makes equivalent to the reference's), so a port that
-        slices the head at any width is measured, not only at a quarter fraction. Plain
-        interleaved pairs need no other width: interleaved over ``head_dim`` fits an
-        interleaved kernel of any narrower width (its tail pairs fit a rotation of 0).
+        (the permutation over those dims); then, for ``head_dim/2``, ``head_dim/4``,
+        ``3 head_dim/4`` and ``extra`` (even, >= 2, <= ``head_dim``, no repeats),
+        rotate-half and interleaved through the permutation (the two pairings a weight map
+        makes equivalent to the reference's). Plain interleaved pairs need no other width:
+        interleaved over ``head_dim`` fits an interleaved kernel of any narrower width (its
+        tail pairs fit a rotation of 0).
     """
     out = []
     for r in dict.fromkeys((reference_rotary_dim, head_dim)):
@@ -761,10 +764,79 @@ def structures(head_dim: int, reference_rotary_dim: int) -> list[Structure]:
             for permuted in (False, True):
                 out.append(Structure(layout, permuted, r))
     done = {s.rotary_dim for s in out}
-    for r in range(head_dim - head_dim % 2, 1, -2):
-        if r not in done:
+    for r in (head_dim // 2, head_dim // 4, 3 * head_dim // 4, *extra):
+        if r >= 2 and r % 2 == 0 and r <= head_dim and r not in done:
+            done.add(r)
             out += [Structure(HALF, False, r), Structure(INTERLEAVED, True, r)]
     return out
+
+
+def rotated_width(pre, post, tol: float = 1e-3) -> int:
+    """The width the data shows rotated: the smallest even ``r`` after which every head dim
+    passes through (``post[..., r:]`` within ``tol`` of ``pre[..., r:]``).
+
+    A port that rotates part of the head by slicing keeps its tail dims as they are, in any
+    layout (a conversion's permutation for an interleaved kernel moves only the rotated
+    part). The slowest pairs of a RoPE table may turn by less than ``tol`` over the probe's
+    positions, so the port's width is at least this one, not exactly it.
+
+    Parameters
+    ----------
+    pre, post : torch.Tensor [shape=(B, H, T, head_dim)]
+        The reference's pre-rotary vectors (reference dim order) and the candidate's
+        post-rotary ones.
+    tol : float, default 1e-3
+        Largest difference, relative to the rms of ``pre``, of a dim that counts as passed
+        through (above float32 matmul noise; bfloat16 noise exceeds it: then the whole head
+        counts as rotated).
+
+    Returns
+    -------
+    int
+        Even width in ``[0, head_dim]``.
+    """
+    import torch
+
+    pre, post = pre.to(torch.float64), post.to(torch.float64)
+    scale = float(pre.pow(2).mean().sqrt()) or 1.0
+    diff = (post - pre).abs().amax(dim=(0, 1, 2)) / scale  # (head_dim,)
+    moved = torch.nonzero(diff > tol).flatten()
+    if moved.numel() == 0:
+        return 0
+    r = int(moved[-1]) + 1
+    return r + r % 2
+
+
+def sliced_width(pre, post, tried: set[int]) -> int | None:
+    """The rotary width of a port that slices the head at a width :func:`structures` does not
+    try by default: screened on four heads of one batch row (the fit needs several vectors per
+    position and pair to tell pairings apart) over every even width from
+    :func:`rotated_width` to ``head_dim`` (rotate-half, or interleaved through the
+    permutation over that width), the best fitting one.
+
+    Parameters
+    ----------
+    pre, post : torch.Tensor [shape=(B, H, T, head_dim)]
+    tried : set of int
+        Widths tried anyway (skipped here).
+
+    Returns
+    -------
+    int or None
+        The width with the smallest residual, or None when every candidate width is tried anyway.
+    """
+    d = pre.shape[-1]
+    lo = max(2, rotated_width(pre, post))
+    widths = [r for r in range(lo + lo % 2, d + 1, 2) if r not in tried]
+    if not widths:
+        return None
+    p1, q1 = pre[:1, :4], post[:1, :4]
+
+    def res(r):
+        return min(measure_rotation(p1, q1, Structure(HALF, False, r)).residual,
+                   measure_rotation(p1, q1, Structure(INTERLEAVED, True, r)).residual)
+
+    return min(widths, key=res)
 
 
 def undo_reference_rotation(post, cos, sin):

@@ -375,14 +375,18 @@ def test_constant_table_is_garbage():
 @pytest.mark.parametrize("head_dim, r", [(16, 6), (16, 10), (12, 4), (12, 10)])
 def test_slicing_at_any_even_width_is_measured(head_dim, r):
     """Widths that are not a quarter fraction of the head (used to be rope.unexplained)."""
-    from porting_kit.probes.rotary import HALF, Structure, default_inv_freq, measure_rotation, rotate, structures
+    from porting_kit.probes.rotary import (HALF, Structure, default_inv_freq, measure_rotation, rotate,
+                                           sliced_width, structures)
 
-    assert Structure(HALF, False, r) in structures(head_dim, head_dim)
     g = torch.Generator().manual_seed(r)
     pre = torch.randn(1, 2, 6, head_dim, generator=g, dtype=torch.float64)
-    theta = torch.arange(6, dtype=torch.float64)[:, None] * default_inv_freq(1e4, r)[None]
-    fit = measure_rotation(pre, rotate(pre, theta), Structure(HALF, False, r))
-    assert fit.residual < 1e-9
+    theta = torch.arange(6, dtype=torch.float64)[:, None] * default_inv_freq(1e6, r)[None]
+    post = rotate(pre, theta)
+    tried = {s.rotary_dim for s in structures(head_dim, head_dim)}
+    assert r not in tried
+    assert sliced_width(pre, post, tried) == r
+    assert Structure(HALF, False, r) in structures(head_dim, head_dim, extra=(r,))
+    assert measure_rotation(pre, post, Structure(HALF, False, r)).residual < 1e-9
 
 
 # ------------------------------------------------------------------ generator
