@@ -31,14 +31,18 @@ class RotarySite:
         Qualified module name holding it (``""`` for the root), plus the
         attribute: ``model.rotary_emb.inv_freq``, ``freqs_cis``.
     kind : str
-        ``inv_freq``, ``cos_sin_cache`` or ``freqs_cis``.
+        ``inv_freq``, ``cos_sin_cache``, ``freqs_cis`` or ``cos_sin_tables`` (a
+        ``cos_cached`` / ``sin_cached`` pair; ``name`` ends in the cos table's name).
     inv_freq : torch.Tensor [shape=(rotary_dim // 2,), float64]
-        Radians per position as stored (for ``cos_sin_cache`` / ``freqs_cis``
-        the angle at position 1).
+        Radians per position as stored (for the tables the angle at position 1).
     dtype : str
         Storage dtype of the table.
     module : torch.nn.Module
         The module (for HF: has ``config``, ``rope_type``, ``attention_scaling``).
+    rows : torch.Tensor [shape=(positions, entries), complex128] or None
+        For a precomputed table (``cos_sin_cache``, ``freqs_cis``, ``cos_sin_tables``): its
+        first rows (positions 0..3) as ``cos + i sin`` per entry, for
+        :func:`porting_kit.probes.rotary.table_rows_reason`; None for ``inv_freq``.
     """
 
     name: str
@@ -46,6 +50,7 @@ class RotarySite:
     inv_freq: Any
     dtype: str
     module: Any = field(repr=False, default=None)
+    rows: Any = field(repr=False, default=None)
 
     @property
     def module_name(self) -> str:
@@ -53,8 +58,11 @@ class RotarySite:
         return self.name.rsplit(".", 1)[0] if "." in self.name else "<root>"
 
 
+#: Precomputed full-width cos tables (older transformers, many ports), each with its sin twin
+#: (``cos`` -> ``sin`` in the name): :func:`find_rotary` reads them as one table.
+_COS_TABLES = ("cos_cached", "_cos_cached", "cos_cache")
 #: The attribute names :func:`find_rotary` and :func:`find_norms` read.
-_ROTARY_ATTRS = ("inv_freq", "cos_sin_cache", "freqs_cis")
+_ROTARY_ATTRS = ("inv_freq", "cos_sin_cache", "freqs_cis", *_COS_TABLES)
 _EPS_ATTRS = ("variance_epsilon", "eps")
 _CLASS_ATTRS: dict[type, tuple[frozenset, bool]] = {}  # class -> (which of those it defines
 # as class attributes (properties), whether it is torch.nn's own)
@@ -91,8 +99,11 @@ def find_rotary(model, walk=None) -> list[RotarySite]:
     Looks for (by attribute name, on every submodule): a 1-D floating
     ``inv_freq`` tensor (HF ``*RotaryEmbedding``, vLLM ``RotaryEmbedding``), a
     2-D ``cos_sin_cache`` (vLLM: ``[cos | sin]`` per position), a 2-D complex
-    ``freqs_cis`` (Meta Llama: ``exp(i * position * inv_freq)``). One site per
-    module: the first of the three found wins.
+    ``freqs_cis`` (Meta Llama: ``exp(i * position * inv_freq)``), a pair of full-width
+    cos/sin tables (``cos_cached`` / ``sin_cached``, ``_cos_cached`` / ``_sin_cached``,
+    ``cos_cache`` / ``sin_cache``: ``(..., max_positions, rotary_dim)``, half-split
+    ``cat(f, f)`` or interleaved ``repeat_interleave(f, 2)``; kind ``cos_sin_tables``).
+    One site per module: the first found wins, in that order.
 
     Parameters
     ----------
@@ -134,18 +145,54 @@ def find_rotary(model, walk=None) -> list[RotarySite]:
         t = getattr(mod, "freqs_cis", None)
         if isinstance(t, torch.Tensor) and t.ndim == 2 and t.is_complex() and t.shape[0] > 1:
             found.append((prefix + "freqs_cis", "freqs_cis", t, mod))
-    rows = _rows_on_host([t if kind == "inv_freq" else t[1] for _, kind, t, _ in found])
+            continue
+        for cname in _COS_TABLES:
+            c, sn = getattr(mod, cname, None), getattr(mod, cname.replace("cos", "sin"), None)
+            if (isinstance(c, torch.Tensor) and isinstance(sn, torch.Tensor) and c.shape == sn.shape
+                    and c.ndim >= 2 and c.is_floating_point() and c.shape[-1] % 2 == 0):
+                rows2 = c.reshape(-1, c.shape[-1])
+                if rows2.shape[0] > 1:  # position 1's row: [cos | sin] as a cos_sin_cache row
+                    found.append((prefix + cname, "cos_sin_tables",
+                                  torch.cat([rows2[:_TABLE_ROWS], sn.reshape(-1, c.shape[-1])[:_TABLE_ROWS]],
+                                            -1), mod))
+                    break
+    heads = [t if kind == "inv_freq" else t[:_TABLE_ROWS] for _, kind, t, _ in found]
+    flat = _rows_on_host(heads)
     sites: list[RotarySite] = []
-    for (name, kind, t, mod), row in zip(found, rows):
-        if kind == "cos_sin_cache":
-            half = t.shape[1] // 2
-            w = torch.atan2(row[half:], row[:half])
-        elif kind == "freqs_cis":
-            w = torch.angle(row)
-        else:
-            w = row
-        sites.append(RotarySite(name, kind, w, str(t.dtype).replace("torch.", ""), mod))
+    for (name, kind, t, mod), head, f in zip(found, heads, flat):
+        if kind == "inv_freq":
+            sites.append(RotarySite(name, kind, f, str(t.dtype).replace("torch.", ""), mod))
+            continue
+        block = f.reshape(head.shape[0], -1)
+        if kind == "freqs_cis":
+            rows = block
+        else:  # [cos | sin] per row
+            half = block.shape[1] // 2
+            rows = torch.complex(block[:, :half], block[:, half:])
+        row = rows[1]
+        w = _table_angles(row) if kind == "cos_sin_tables" else torch.angle(row)
+        sites.append(RotarySite(name, kind, w, str(t.dtype).replace("torch.", ""), mod, rows))
     return sites
+
+
+#: Rows (positions 0..3) of a precomputed table kept for the consistency check.
+_TABLE_ROWS = 4
+
+
+def _table_angles(row):
+    """Radians per position from position 1's ``cos + i sin`` of full-width tables: one angle
+    per pair, read in the layout the table is in (``cat(f, f)``: the first half; interleaved
+    ``repeat_interleave(f, 2)``: every other entry; neither, e.g. uninitialised memory: the
+    first half, for :func:`porting_kit.probes.rotary.garbage_reason` to judge)."""
+    import torch
+
+    ang = torch.angle(row)
+    n = row.numel() // 2
+    if torch.equal(ang[:n], ang[n:]):
+        return ang[:n]
+    if torch.equal(ang[0::2], ang[1::2]):
+        return ang[0::2]
+    return ang[:n]
 
 
 def _rows_on_host(rows: list[Any]) -> list[Any]:

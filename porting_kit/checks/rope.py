@@ -8,8 +8,10 @@ Codes: ``rope.inv_freq_uninitialized``, ``rope.theta_mismatch``,
 How it decides (differential, :mod:`porting_kit.probes.rotary` does the measuring)
 --------------------------------------------------------------------------
 1. *Stored tables.* The candidate's ``inv_freq`` / ``cos_sin_cache`` /
-   ``freqs_cis`` must be a RoPE table (finite, positive, decreasing, at most
-   1 rad/position); otherwise ``rope.inv_freq_uninitialized`` -- except a
+   ``freqs_cis`` / ``cos_cached``+``sin_cached`` must be a RoPE table (finite,
+   positive, decreasing, at most 1 rad/position; a precomputed table's first rows
+   of one magnitude, angle 0 at position 0 and position ``p`` at ``p`` times
+   position 1's); otherwise ``rope.inv_freq_uninitialized`` -- except a
    table that ends in one regular block of zeros after a valid prefix
    (partial rotary by padding: zero ``inv_freq``, identity cos/sin), which is
    compared as partial rotary: a rotated fraction different from the
@@ -72,14 +74,16 @@ from porting_kit.probes.rotary import (
     fit_base,
     fit_frequencies,
     garbage_reason,
-    layout_permutation,
     measure_rotation,
     mixed_layout_residuals,
     padded_table,
     qk_residual,
     reference_inv_freq,
+    rotary_permutation,
+    sliced_width,
     rope_parameters,
     structures,
+    table_rows_reason,
     undo_reference_rotation,
     wrap,
 )
@@ -218,8 +222,9 @@ def run(ctx: CheckContext) -> list[Finding]:
     ref_ok = not ref_sites or garbage_reason(ref_sites[0].inv_freq) is None \
         or padded_table(ref_sites[0].inv_freq) is not None
     for s in cand_sites:
-        reason = garbage_reason(s.inv_freq)
-        if reason and ref_ok and padded_table(s.inv_freq) is not None:
+        rows_reason = table_rows_reason(s.rows)
+        reason = rows_reason or garbage_reason(s.inv_freq)
+        if reason and not rows_reason and ref_ok and padded_table(s.inv_freq) is not None:
             padded = padding_finding(ref_sites, s, Where(where.reference, s.module_name))
             if padded is not None:
                 return [_with_divergence(padded, ctx)]
@@ -289,30 +294,44 @@ def padding_finding(ref_sites: list[RotarySite], cand: RotarySite, where: Where)
 
 def _mixed_layout(pr: Probe, tol: dict[str, float], where: Where, reason: str) -> Finding | None:
     """``rope.layout_mismatch`` when cos/sin built in one layout and applied with the other
-    rotation explain the candidate's q and k (:func:`~porting_kit.probes.rotary.mixed_layout_residuals`)."""
-    rq = mixed_layout_residuals(pr.q_pre, pr.q_post, pr.theta_ref, pr.scale_ref)
-    rk = mixed_layout_residuals(pr.k_pre, pr.k_post, pr.theta_ref, pr.scale_ref)
-    res = {k: max(rq[k], rk[k]) for k in rq}
-    head_dim = pr.q_pre.shape[-1]
-    if head_dim == 2 * pr.theta_ref.shape[-1] and head_dim % 2 == 0:
-        # the candidate's dims in interleaved order through the conversion's q/k permutation
-        # (a Meta-style interleaved model whose port builds HF-layout tables)
-        perm = layout_permutation(head_dim).to(pr.q_pre.device)
-        pq = mixed_layout_residuals(pr.q_pre[..., perm], pr.q_post, pr.theta_ref, pr.scale_ref)
-        pk = mixed_layout_residuals(pr.k_pre[..., perm], pr.k_post, pr.theta_ref, pr.scale_ref)
-        res.update({f"{k}{_THROUGH}": max(pq[k], pk[k]) for k in pq})
+    rotation explain the candidate's q and k (:func:`~porting_kit.probes.rotary.mixed_layout_residuals`):
+    on the reference's dim order or through the conversion's q/k permutation over the rotary
+    dims, with tables of the rotary width or zero-padded to the full head (partial rotary by
+    padding)."""
+    head_dim, r = pr.q_pre.shape[-1], 2 * pr.theta_ref.shape[-1]
+    res: dict[str, float] = {}
+    spans: dict[str, tuple[int, str]] = {}
+    # the candidate's dims in interleaved order through the conversion's q/k permutation over
+    # the rotary dims (a Meta-style interleaved model whose port builds HF-layout tables)
+    perm = rotary_permutation(r, head_dim).to(pr.q_pre.device) if r <= head_dim else None
+    for span in dict.fromkeys((r, head_dim - head_dim % 2)):
+        if span < r:
+            continue
+        pad = "" if span == r else f"_padded_to_{span}"
+        for through, (q, k) in ((False, (pr.q_pre, pr.k_pre)),
+                                (True, (None, None) if perm is None else (pr.q_pre[..., perm], pr.k_pre[..., perm]))):
+            if q is None:
+                continue
+            rq = mixed_layout_residuals(q, pr.q_post, pr.theta_ref, pr.scale_ref, span)
+            rk = mixed_layout_residuals(k, pr.k_post, pr.theta_ref, pr.scale_ref, span)
+            for h in rq:
+                key = h + (_THROUGH if through else "") + pad
+                res[key], spans[key] = max(rq[h], rk[h]), (span, h)
     best = min(res, key=lambda k: res[k])
     if res[best] > tol["structure"]:
         return None
-    hypothesis, through = best.removesuffix(_THROUGH), best.endswith(_THROUGH)
+    span, hypothesis = spans[best]
+    through = _THROUGH in best
     table, rotation = (("half-split (cat(f, f), HF cache)", "interleaved pairs")
                        if hypothesis == "half_table_interleaved_rotation"
                        else ("interleaved (repeat_interleave(f, 2))", "rotate-half"))
     ev = {"hypothesis": hypothesis, "cos_sin_layout": table.split(" ")[0], "rotation_layout": rotation,
           "hypothesis_residual": res[best], "probe_site_candidate": pr.cand_site,
-          "through_qk_permutation": through,
+          "through_qk_permutation": through, "table_span": span,
           "reference_layout": HALF, **{f"residual_{k}": v for k, v in res.items()}}
     via = " (its q/k rows in the interleaved order of the conversion's q/k permutation)" if through else ""
+    if span != r:
+        via += f" (its tables zero-padded from {r} to {span} dims: partial rotary by padding)"
     return _fail("rope.layout_mismatch",
                  f"The candidate builds cos/sin in the {table} layout but rotates {rotation}{via}: that "
                  f"mix reproduces its q/k (relative residual {res[best]:.2g}); {reason}.", ev, where)
@@ -511,7 +530,10 @@ def _fit_structure(pr: Probe, tol: dict[str, float]) -> _StructureFit:
     """Fit every RoPE dim pairing to the candidate's q and k rotations; the best one first
     (within tolerance, the reference's equivalent pairing and the widest rotary dims win)."""
     fits = []
-    for st in structures(pr.head_dim, pr.rotary_dim_ref):
+    base = structures(pr.head_dim, pr.rotary_dim_ref)
+    # a slice at a width that is no quarter fraction of the head: found on the data
+    sliced = sliced_width(pr.q_pre, pr.q_post, {s.rotary_dim for s in base})
+    for st in structures(pr.head_dim, pr.rotary_dim_ref, extra=() if sliced is None else (sliced,)):
         fq, fk = measure_rotation(pr.q_pre, pr.q_post, st), measure_rotation(pr.k_pre, pr.k_post, st)
         fits.append((max(fq.residual, fk.residual), st, fq, fk))
     ref_equiv = _reference_equivalent(pr)
@@ -595,10 +617,17 @@ def _offset_hypothesis(th_k, w_ref, pos, kq: int, eq: float, tol, evidence, wher
     if not ((kq or kk) and max(eq, ek) <= tol["angle"]):
         return None
     evidence.update({"offset": kq if kq else kk, "offset_q": kq, "offset_k": kk})
-    return _fail("rope.position_offset",
-                 f"The candidate's rotation matches the reference's at positions shifted by "
-                 f"k={kq if kq else kk} (q shifted {kq}, k shifted {kk}; angle error {max(eq, ek):.2g} "
-                 "rad).", evidence, where)
+    msg = (f"The candidate's rotation matches the reference's at positions shifted by "
+           f"k={kq if kq else kk} (q shifted {kq}, k shifted {kk}; angle error {max(eq, ek):.2g} rad)")
+    if kq == kk:
+        # q and k shifted alike: RoPE scores depend on q/k position differences only, so the
+        # attention output is the reference's; a warning (absolute positions matter past the
+        # table's length, under position-dependent scaling, or to another part of the model)
+        return Finding(P, "rope.position_offset", "warn",
+                       msg + ": q and k alike, so the attention scores are unchanged (RoPE is relative); "
+                       "it matters where the absolute position does (table length, dynamic scaling).",
+                       evidence, where, _HINTS["rope.position_offset"])
+    return _fail("rope.position_offset", msg + ".", evidence, where)
 
 
 def _scaling_hypothesis(ref_site: RotarySite, rope_type, base_ref: float, params, th_q, th_k, pos, tol,
@@ -655,10 +684,7 @@ def _low_precision_hypothesis(w_c, w_ref, e_ref: float, series, evidence, where:
 # ----------------------------------------------------------------- helpers
 
 def _reference_equivalent(pr: Probe) -> list[Structure]:
-    eq = [Structure(HALF, False, pr.rotary_dim_ref)]
-    if pr.rotary_dim_ref == pr.head_dim:
-        eq.append(Structure(INTERLEAVED, True, pr.head_dim))
-    return eq
+    return [Structure(HALF, False, pr.rotary_dim_ref), Structure(INTERLEAVED, True, pr.rotary_dim_ref)]
 
 
 def _equiv(st: Structure, ref_equiv: list[Structure]) -> bool:

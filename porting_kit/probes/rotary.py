@@ -131,6 +131,28 @@ def layout_permutation(head_dim: int):
     return torch.stack([torch.arange(h), torch.arange(h) + h], dim=1).reshape(-1)
 
 
+def rotary_permutation(rotary_dim: int, head_dim: int):
+    """:func:`layout_permutation` over the first ``rotary_dim`` dims, the pass-through dims
+    kept in place: the q/k row order of an interleaved kernel for a partial-rotary model
+    (a conversion that permutes only the rotated part of each head).
+
+    Parameters
+    ----------
+    rotary_dim : int
+        Rotated dims of a head (even, ``<= head_dim``).
+    head_dim : int
+
+    Returns
+    -------
+    torch.Tensor [shape=(head_dim,), int64]
+        ``layout_permutation(rotary_dim)`` then ``rotary_dim, ..., head_dim - 1``;
+        ``layout_permutation(head_dim)`` when ``rotary_dim == head_dim``.
+    """
+    import torch
+
+    return torch.cat([layout_permutation(rotary_dim), torch.arange(rotary_dim, head_dim)])
+
+
 def _pairs(layout: str, rotary_dim: int, head_dim: int):
     """(a, b) index tensors of the rotated pairs and the pass-through dims."""
     import torch
@@ -192,7 +214,8 @@ def garbage_reason(inv_freq) -> str | None:
     str or None
         One clause for the finding's message (``"3 of 32 values are NaN/Inf"``), checked
         in that order: empty, non-finite, non-positive, ``inv_freq[0] > 1 + 1e-3``
-        rad/position, increasing by more than a relative 1e-6 anywhere.
+        rad/position, increasing by more than a relative 1e-6 anywhere, two or more values
+        all equal (memory filled with one value; a RoPE base is > 1, so its table decays).
     """
     import torch
 
@@ -211,6 +234,54 @@ def garbage_reason(inv_freq) -> str | None:
         return f"inv_freq[0] = {w[0]:.6g} > 1 rad/position"
     if any(b > a * (1 + 1e-6) for a, b in zip(w, w[1:])):
         return "values are not decreasing (not a geometric series)"
+    if n > 1 and w[-1] >= w[0]:  # base ** (-2i / d) decays for every base > 1
+        return f"all {n} values are equal ({w[0]:.6g}): no decay over the pairs"
+    return None
+
+
+def table_rows_reason(rows, tol: float = 2e-2) -> str | None:
+    """Why a precomputed cos/sin (or complex) table's first rows are not RoPE rows, or ``None``.
+
+    Row ``p`` of a RoPE table holds ``scale * exp(i p w_j)`` per entry: one magnitude (the
+    attention scaling) everywhere, angle 0 at position 0, and the angle at position ``p``
+    ``p`` times the one at position 1 (mod 2 pi). Uninitialised memory breaks that even when
+    position 1's angles happen to look like a frequency table (one pair, or values that fall
+    in order).
+
+    Parameters
+    ----------
+    rows : torch.Tensor [shape=(positions, entries), complex] or None
+        :attr:`porting_kit.locate.RotarySite.rows` (``cos + i sin``); None: nothing to judge.
+    tol : float, default 2e-2
+        Relative magnitude spread and angle error (radians) allowed: a bfloat16 table is
+        within about 4e-3 of its float64 values; garbage is off by order 1.
+
+    Returns
+    -------
+    str or None
+        One clause for the finding's message; None when the rows are consistent, or fewer
+        than two rows.
+    """
+    import torch
+
+    if rows is None or rows.ndim != 2 or rows.shape[0] < 2 or rows.numel() == 0:
+        return None
+    r = rows.to(torch.complex128)
+    if not bool(torch.isfinite(torch.view_as_real(r)).all()):
+        return "the table holds NaN/Inf"
+    mag = r.abs()
+    top = float(mag.max())
+    if top == 0:
+        return "the table is all zeros"
+    if float(mag.min()) < top * (1 - tol):
+        return (f"its cos/sin magnitudes vary from {float(mag.min()):.3g} to {top:.3g} over positions "
+                f"0..{rows.shape[0] - 1} (a rotation table has one)")
+    w = torch.angle(r[1])
+    p = torch.arange(r.shape[0], dtype=torch.float64)[:, None]
+    err = float(wrap(torch.angle(r) - p * w[None]).abs().max())
+    if err > tol * max(1, r.shape[0] - 1):
+        return (f"its angles at positions 0..{rows.shape[0] - 1} are not multiples of position 1's "
+                f"(off by up to {err:.3g} rad)")
     return None
 
 
@@ -269,7 +340,7 @@ def padded_table(inv_freq) -> PaddedTable | None:
     return PaddedTable(k, int(w.numel()))
 
 
-def mixed_layout_residuals(pre, post, theta, scale: float = 1.0) -> dict[str, float]:
+def mixed_layout_residuals(pre, post, theta, scale: float = 1.0, span: int | None = None) -> dict[str, float]:
     """Relative residual of the two mixed RoPE layouts against measured post-rotary vectors.
 
     A port can build cos/sin in one layout and pair elements in the other. Both
@@ -288,16 +359,22 @@ def mixed_layout_residuals(pre, post, theta, scale: float = 1.0) -> dict[str, fl
         The reference's angles, radians.
     scale : float
         Attention scaling multiplying cos/sin.
+    span : int, optional
+        Width of the candidate's tables when it does partial rotary by zero padding: the
+        angles padded with zeros (identity pairs) to ``span / 2`` and the mix applied over
+        ``span`` dims (default: ``rotary_dim``, no padding).
 
     Returns
     -------
     dict of str to float
-        Hypothesis -> ``||hyp - post|| / ||post||`` (the first ``rotary_dim`` dims rotated,
-        the rest passed through).
+        Hypothesis -> ``||hyp - post|| / ||post||`` (the first ``rotary_dim`` (or ``span``)
+        dims rotated, the rest passed through).
     """
     import torch
 
     pre, post = pre.to(torch.float64), post.to(torch.float64)
+    if span is not None and span > 2 * theta.shape[-1]:
+        theta = torch.cat([theta, theta.new_zeros(theta.shape[0], span // 2 - theta.shape[-1])], -1)
     r = 2 * theta.shape[-1]
     c, s = torch.cos(theta) * scale, torch.sin(theta) * scale
     x = pre[..., :r]
@@ -580,7 +657,8 @@ class Structure:
         ``apply_rotary_emb`` complex form).
     permuted : bool
         The reference's pre-rotary vectors are first reordered with
-        :func:`layout_permutation` (the q/k weight permutation of HF's Llama conversion).
+        :func:`rotary_permutation` over ``rotary_dim`` (the q/k weight permutation of HF's
+        Llama conversion; over the rotated dims only for partial rotary).
     rotary_dim : int
         Dims rotated per head (even); ``rotary_dim..head_dim`` pass through.
     """
@@ -628,7 +706,8 @@ def measure_rotation(pre, post, structure: Structure) -> RotationFit:
         The candidate's post-rotary q (or k) in its own dim order.
     structure : Structure
         When ``permuted``, ``pre`` is first mapped to interleaved order with
-        :func:`layout_permutation` (the conversion's q/k permutation).
+        :func:`rotary_permutation` over ``structure.rotary_dim`` (the conversion's q/k
+        permutation).
 
     Returns
     -------
@@ -641,7 +720,7 @@ def measure_rotation(pre, post, structure: Structure) -> RotationFit:
     post = post.to(torch.float64)
     d = pre.shape[-1]
     if structure.permuted:
-        pre = pre[..., layout_permutation(d)]
+        pre = pre[..., rotary_permutation(structure.rotary_dim, d)]
     a, b, rest = _pairs(structure.layout, structure.rotary_dim, d)
     zx = torch.complex(pre[..., a], pre[..., b])
     zy = torch.complex(post[..., a], post[..., b])
@@ -653,7 +732,7 @@ def measure_rotation(pre, post, structure: Structure) -> RotationFit:
     return RotationFit(structure, float((err / total).sqrt()), torch.angle(rho), rho.abs())
 
 
-def structures(head_dim: int, reference_rotary_dim: int) -> list[Structure]:
+def structures(head_dim: int, reference_rotary_dim: int, extra: tuple[int, ...] = ()) -> list[Structure]:
     """The pairings :func:`measure_rotation` tries.
 
     Parameters
@@ -662,26 +741,102 @@ def structures(head_dim: int, reference_rotary_dim: int) -> list[Structure]:
         Dims of one attention head.
     reference_rotary_dim : int
         Rotated dims of the reference (``head_dim * partial_rotary_factor``), tried first.
+    extra : tuple of int, optional
+        Other rotary widths to try, e.g. the width the data shows (:func:`rotated_width`: a
+        port that slices the head at a width that is no quarter fraction of it).
 
     Returns
     -------
     list of Structure
-        2 layouts x {plain, permuted} x rotary dims (the reference's, ``head_dim``,
-        ``head_dim/2``, ``head_dim/4``, ``3 head_dim/4``; even, >= 2, <= ``head_dim``,
-        no repeats). ``permuted`` only with ``rotary_dim == head_dim``.
+        For the reference's rotary dims and ``head_dim``: 2 layouts x {plain, permuted}
+        (the permutation over those dims); then, for ``head_dim/2``, ``head_dim/4``,
+        ``3 head_dim/4`` and ``extra`` (even, >= 2, <= ``head_dim``, no repeats),
+        rotate-half and interleaved through the permutation (the two pairings a weight map
+        makes equivalent to the reference's). Plain interleaved pairs need no other width:
+        interleaved over ``head_dim`` fits an interleaved kernel of any narrower width (its
+        tail pairs fit a rotation of 0).
     """
-    dims = []
-    for r in (reference_rotary_dim, head_dim, head_dim // 2, head_dim // 4, 3 * head_dim // 4):
-        if r >= 2 and r % 2 == 0 and r <= head_dim and r not in dims:
-            dims.append(r)
     out = []
-    for r in dims:
+    for r in dict.fromkeys((reference_rotary_dim, head_dim)):
+        if not (r >= 2 and r % 2 == 0 and r <= head_dim):
+            continue
         for layout in (HALF, INTERLEAVED):
             for permuted in (False, True):
-                if permuted and r != head_dim:
-                    continue
                 out.append(Structure(layout, permuted, r))
+    done = {s.rotary_dim for s in out}
+    for r in (head_dim // 2, head_dim // 4, 3 * head_dim // 4, *extra):
+        if r >= 2 and r % 2 == 0 and r <= head_dim and r not in done:
+            done.add(r)
+            out += [Structure(HALF, False, r), Structure(INTERLEAVED, True, r)]
     return out
+
+
+def rotated_width(pre, post, tol: float = 1e-3) -> int:
+    """The width the data shows rotated: the smallest even ``r`` after which every head dim
+    passes through (``post[..., r:]`` within ``tol`` of ``pre[..., r:]``).
+
+    A port that rotates part of the head by slicing keeps its tail dims as they are, in any
+    layout (a conversion's permutation for an interleaved kernel moves only the rotated
+    part). The slowest pairs of a RoPE table may turn by less than ``tol`` over the probe's
+    positions, so the port's width is at least this one, not exactly it.
+
+    Parameters
+    ----------
+    pre, post : torch.Tensor [shape=(B, H, T, head_dim)]
+        The reference's pre-rotary vectors (reference dim order) and the candidate's
+        post-rotary ones.
+    tol : float, default 1e-3
+        Largest difference, relative to the rms of ``pre``, of a dim that counts as passed
+        through (above float32 matmul noise; bfloat16 noise exceeds it: then the whole head
+        counts as rotated).
+
+    Returns
+    -------
+    int
+        Even width in ``[0, head_dim]``.
+    """
+    import torch
+
+    pre, post = pre.to(torch.float64), post.to(torch.float64)
+    scale = float(pre.pow(2).mean().sqrt()) or 1.0
+    diff = (post - pre).abs().amax(dim=(0, 1, 2)) / scale  # (head_dim,)
+    moved = torch.nonzero(diff > tol).flatten()
+    if moved.numel() == 0:
+        return 0
+    r = int(moved[-1]) + 1
+    return r + r % 2
+
+
+def sliced_width(pre, post, tried: set[int]) -> int | None:
+    """The rotary width of a port that slices the head at a width :func:`structures` does not
+    try by default: screened on four heads of one batch row (the fit needs several vectors per
+    position and pair to tell pairings apart) over every even width from
+    :func:`rotated_width` to ``head_dim`` (rotate-half, or interleaved through the
+    permutation over that width), the best fitting one.
+
+    Parameters
+    ----------
+    pre, post : torch.Tensor [shape=(B, H, T, head_dim)]
+    tried : set of int
+        Widths tried anyway (skipped here).
+
+    Returns
+    -------
+    int or None
+        The width with the smallest residual, or None when every candidate width is tried anyway.
+    """
+    d = pre.shape[-1]
+    lo = max(2, rotated_width(pre, post))
+    widths = [r for r in range(lo + lo % 2, d + 1, 2) if r not in tried]
+    if not widths:
+        return None
+    p1, q1 = pre[:1, :4], post[:1, :4]
+
+    def res(r):
+        return min(measure_rotation(p1, q1, Structure(HALF, False, r)).residual,
+                   measure_rotation(p1, q1, Structure(INTERLEAVED, True, r)).residual)
+
+    return min(widths, key=res)
 
 
 def undo_reference_rotation(post, cos, sin):
