@@ -59,18 +59,52 @@ def test_mimi_op_order_growth_is_judged_against_the_reference_noise_floor():
 
 
 @needs_moshi
-@pytest.mark.parametrize("variant, reference, candidate", [
-    ("kernel_flip", "decoder.decoder_seanet.layers.3.block.1.conv", "decoder.model.3.block.1.conv.conv"),
-    ("upsample_scale", "decoder.upsample.conv", "upsample.convtr.convtr.convtr"),
-    ("no_permutation", "decoder.decoder_transformer.layers.0.self_attn",
+@pytest.mark.parametrize("variant, stage, reference, candidate", [
+    ("kernel_flip", "decoder_seanet", "layers.3.block.1.conv", "decoder.model.3.block.1.conv.conv"),
+    ("upsample_scale", "upsample", "conv", "upsample.convtr.convtr.convtr"),
+    ("no_permutation", "decoder_transformer", "layers.0.self_attn",
      "decoder_transformer.transformer.layers.0.self_attn"),
     # 2e-5 relative in one conv of the op-order roundtrip: ~20x the noise floor there
-    ("roundtrip_small_scale", "encoder.encoder_seanet.layers.4.block.3.conv", "encoder.model.4.block.3.conv.conv"),
+    ("roundtrip_small_scale", "encoder_seanet", "layers.4.block.3.conv", "encoder.model.4.block.3.conv.conv"),
 ])
-def test_mimi_planted_conversion_faults_are_located(variant, reference, candidate):
+def test_mimi_planted_conversion_faults_are_located(variant, stage, reference, candidate):
     rep = run_check(MIMI, variant=variant, only="parity")
     (fd,) = rep.by_code("parity.first_divergence")
-    assert (fd.where.reference, fd.where.candidate) == (reference, candidate)
+    # the stage's path is the installed transformers' (decoder.layers on 5.17, decoder.decoder_seanet.layers on 5.24)
+    assert (fd.where.reference, fd.where.candidate) == (f"{_mimi_stages()[stage]}.{reference}", candidate)
+
+
+def _mimi_stages():
+    from porting_kit.adapters.mimi_moshi import build_hf_mimi, hf_mimi_stages
+
+    spec = importlib.util.spec_from_file_location("mimi_pair_for_stages", MIMI)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return hf_mimi_stages(build_hf_mimi(mod.CONFIG, mod.SEED))
+
+
+@needs_moshi
+def test_mimi_stages_are_read_from_the_installed_transformers():
+    """Every moshi tensor finds its transformers counterpart in the installed MimiModel (the module
+    paths changed between transformers 5.17 and 5.24), and a layout with a stage missing is refused."""
+    import torch
+
+    from porting_kit.adapters.mimi_moshi import build_hf_mimi, build_moshi_mimi, convert_hf_to_moshi, hf_mimi_stages
+    from porting_kit.errors import InputError
+
+    spec = importlib.util.spec_from_file_location("mimi_pair_for_names", MIMI)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    hf = build_hf_mimi(mod.CONFIG, mod.SEED)
+    stages = hf_mimi_stages(hf)
+    sd = hf.state_dict()
+    assert all(any(k.startswith(p + ".") for k in sd) for p in stages.values())
+    moshi = build_moshi_mimi(hf.config)
+    out = convert_hf_to_moshi(sd, moshi, hf.config, stages)
+    assert set(out) == set(moshi.state_dict())
+    assert torch.equal(out["decoder.model.0.conv.conv.weight"], sd[stages["decoder_seanet"] + ".layers.0.conv.weight"])
+    with pytest.raises(InputError, match="decoder_seanet"):
+        hf_mimi_stages(torch.nn.ModuleDict({"quantizer": hf.quantizer}))
 
 
 @needs_dac
