@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from porting_kit.adapters.mimi_moshi import build_hf_mimi, build_moshi_mimi, convert_hf_to_moshi
+from porting_kit.adapters.mimi_moshi import build_hf_mimi, build_moshi_mimi, convert_hf_to_moshi, hf_mimi_stages
 
 VARIANTS = {
     "no_permutation": "conversion keeps the half-split q/k row order (moshi rotates interleaved pairs)",
@@ -60,9 +60,27 @@ CONFIG = dict(hidden_size=64, num_filters=8, num_attention_heads=4, num_key_valu
 #: there, where no comparison of block outputs can tell it from noise.
 _CACHE: dict[str, object] = {}
 
-#: SEANet layers align by index (HF and moshi both hold a Sequential of the same layers).
-module_map = [("decoder.decoder_seanet.layers.{i}", "decoder.model.{i}"),
-              ("encoder.encoder_seanet.layers.{i}", "encoder.model.{i}")]
+
+
+def stages() -> dict[str, str]:
+    """Where each stage sits in the installed transformers' ``MimiModel`` (``decoder.layers`` on
+    transformers 5.17, ``decoder.decoder_seanet.layers`` on 5.24): read from the model."""
+    return hf_mimi_stages(reference())
+
+
+def __getattr__(name):
+    """``module_map`` / ``transformed_weights`` name the reference's modules, whose path depends on
+    the installed transformers: built from :func:`stages` when the tool reads them."""
+    st = stages() if name in ("module_map", "transformed_weights") else None
+    if name == "module_map":
+        # SEANet layers align by index (HF and moshi both hold a Sequential of the same layers)
+        return [(f"{st['decoder_seanet']}.layers.{{i}}", "decoder.model.{i}"),
+                (f"{st['encoder_seanet']}.layers.{{i}}", "encoder.model.{i}")]
+    if name == "transformed_weights":
+        # the kernel flip and the rescales change values the name map alone cannot explain
+        return [f"{st['decoder_seanet']}.layers.3.block.1.conv.weight", f"{st['upsample']}.conv.weight",
+                f"{st['encoder_seanet']}.layers.4.block.3.conv.weight"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def reference():
@@ -99,10 +117,10 @@ def _conv_as_matmul(self, x):
 def convert_weights(reference_state_dict):
     """HF -> moshi names (inverse of transformers' conversion script), faults planted per variant."""
     ref = reference()
-    out = convert_hf_to_moshi(reference_state_dict, candidate(), ref.config)
+    out = convert_hf_to_moshi(reference_state_dict, candidate(), ref.config, stages())
     if VARIANT == "no_permutation":
         for i in range(ref.config.num_hidden_layers):
-            base = f"decoder.decoder_transformer.layers.{i}.self_attn."
+            base = f"{stages()['decoder_transformer']}.layers.{i}.self_attn."
             out[f"decoder_transformer.transformer.layers.{i}.self_attn.in_projs.0.weight"] = torch.cat(
                 [reference_state_dict[base + p] for p in ("q_proj.weight", "k_proj.weight", "v_proj.weight")])
     elif VARIANT == "kernel_flip":
@@ -115,11 +133,6 @@ def convert_weights(reference_state_dict):
         name = "upsample.convtr.convtr.convtr.weight"
         out[name] = out[name] * 1.001
     return out
-
-
-#: The kernel flip and the rescale change values the name map alone cannot explain.
-transformed_weights = ["decoder.decoder_seanet.layers.3.block.1.conv.weight", "decoder.upsample.conv.weight",
-                       "encoder.encoder_seanet.layers.4.block.3.conv.weight"]
 
 
 def codes():
@@ -144,7 +157,13 @@ def inputs():
 
 def run_reference(model, inputs):
     if _roundtrip():
-        return model.decoder(model.encoder(inputs["audio"]).latents).audio_values
+        # stage by stage (transformers 5.17's model.encoder is the SEANet alone, 5.24's the whole encoder)
+        part = {k: model.get_submodule(v) for k, v in stages().items()}
+        h = part["encoder_seanet"](inputs["audio"])
+        h = part["encoder_transformer"](h.transpose(1, 2))[0].transpose(1, 2)
+        h = part["upsample"](part["downsample"](h))
+        h = part["decoder_transformer"](h.transpose(1, 2))[0].transpose(1, 2)
+        return part["decoder_seanet"](h)
     return model.decode(inputs["codes"])[0]
 
 

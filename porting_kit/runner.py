@@ -131,6 +131,25 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
     ctx.check_device()
     report = Report(command="check")
     t_all = time.perf_counter()
+    from porting_kit.probes.tf32 import ieee_float32, tf32_allowed
+
+    # float32 on CUDA compares IEEE float32: TF32 convs part two clean ports by 1e-5..1e-3
+    # (docs/dtype.md); the user's settings come back after the check
+    with ieee_float32(device) as tf32:
+        if tf32 is not None:
+            ctx.extras["tf32"] = tf32
+            if tf32_allowed(tf32["user"]):
+                ctx.progress("float32 on CUDA: TF32 off for the check, restored after (docs/dtype.md)")
+        _run_families(ctx, families, report)
+    report.timing["total"] = time.perf_counter() - t_all
+    report.first_divergence = ctx.first_divergence
+    report.extras = ctx.extras
+    report.alignment = ctx.extras.get("alignment_report")
+    report.quality = ctx.extras.get("quality_summary")
+    return report
+
+
+def _run_families(ctx: CheckContext, families: list[str], report: Report) -> None:
     for fam in families:
         ctx.progress(fam)
         t0 = time.perf_counter()
@@ -145,9 +164,3 @@ def run_check(spec: Spec | str | None = None, *, example: str | None = None,
         findings: list[Finding] = module.run(ctx)
         report.findings.extend(findings)
         report.timing[fam] = time.perf_counter() - t0
-    report.timing["total"] = time.perf_counter() - t_all
-    report.first_divergence = ctx.first_divergence
-    report.extras = ctx.extras
-    report.alignment = ctx.extras.get("alignment_report")
-    report.quality = ctx.extras.get("quality_summary")
-    return report

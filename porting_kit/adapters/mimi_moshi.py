@@ -5,7 +5,10 @@ transformer inside (SEANet encoder/decoder, a strided down/up-sampling conv, a
 rotary transformer on each side, a split residual vector quantizer). In a port
 spec the transformers model is the reference and the weights flow HF -> moshi,
 so this module inverts the original -> HF mapping of transformers' conversion
-script (``convert_mimi_checkpoint_to_pytorch.py``) for transformers 5.x names:
+script (``convert_mimi_checkpoint_to_pytorch.py``). The table gives transformers 5.24's
+names; where each stage sits (``encoder.layers.N`` on 5.17, ``encoder.encoder_seanet.layers.N``
+on 5.24) is read from the installed model (:func:`hf_mimi_stages`), so every transformers
+version the package admits converts:
 
 =================================================  =================================================
 moshi (original)                                   transformers
@@ -38,14 +41,22 @@ from typing import Any
 
 INSTALL = "pip install --no-deps moshi sentencepiece einops"
 
-#: moshi -> transformers renames, applied in order.
+#: moshi's top-level parts -> (stage of transformers' ``MimiModel``, the prefix inside that stage).
+#: Where a stage sits in transformers' module tree changed across 5.x (``encoder.layers.N`` up to
+#: about 5.17; ``encoder.encoder_seanet.layers.N`` once the model splits into an encoder and a
+#: decoder model): :func:`hf_mimi_stages` reads it from the installed model.
+_MOSHI_STAGES = (
+    (re.compile(r"^(encoder|decoder)\.model\."), lambda m: f"{m[1]}_seanet", "layers."),
+    (re.compile(r"^downsample\.conv\.conv\.conv\."), lambda m: "downsample", "conv."),
+    (re.compile(r"^upsample\.convtr\.convtr\.convtr\."), lambda m: "upsample", "conv."),
+    (re.compile(r"^(encoder|decoder)_transformer\.transformer\."), lambda m: f"{m[1]}_transformer", ""),
+    (re.compile(r"^quantizer\.rvq_first\.(vq\.)?"), lambda m: "quantizer", "semantic_residual_vector_quantizer."),
+    (re.compile(r"^quantizer\.rvq_rest\.(vq\.)?"), lambda m: "quantizer", "acoustic_residual_vector_quantizer."),
+)
+#: moshi -> transformers renames inside a stage, applied in order.
 _MOSHI_TO_HF = (
-    (re.compile(r"^(encoder|decoder)\.model\."), lambda m: f"{m[1]}.{m[1]}_seanet.layers."),
-    (re.compile(r"^downsample\.conv\.conv\.conv\."), "encoder.downsample.conv."),
-    (re.compile(r"^upsample\.convtr\.convtr\.convtr\."), "decoder.upsample.conv."),
     (re.compile(r"\.convtr\.convtr\."), ".conv."),
     (re.compile(r"\.conv\.conv\."), ".conv."),
-    (re.compile(r"^(encoder|decoder)_transformer\.transformer\."), lambda m: f"{m[1]}.{m[1]}_transformer."),
     (re.compile(r"\.linear1\."), ".mlp.fc1."),
     (re.compile(r"\.linear2\."), ".mlp.fc2."),
     (re.compile(r"\.norm1\."), ".input_layernorm."),
@@ -53,12 +64,57 @@ _MOSHI_TO_HF = (
     (re.compile(r"\.layer_scale_1\."), ".self_attn_layer_scale."),
     (re.compile(r"\.layer_scale_2\."), ".mlp_layer_scale."),
     (re.compile(r"\.self_attn\.out_projs\.0\."), ".self_attn.o_proj."),
-    (re.compile(r"^quantizer\.rvq_first\.(vq\.)?"), "quantizer.semantic_residual_vector_quantizer."),
-    (re.compile(r"^quantizer\.rvq_rest\.(vq\.)?"), "quantizer.acoustic_residual_vector_quantizer."),
     (re.compile(r"\._codebook\."), ".codebook."),
     (re.compile(r"\.embedding_sum$"), ".embed_sum"),
     (re.compile(r"\._initialized$"), ".initialized"),
 )
+#: The stages :func:`hf_mimi_stages` finds, by the class of their module in transformers.
+STAGES = ("encoder_seanet", "encoder_transformer", "downsample", "quantizer", "upsample",
+          "decoder_transformer", "decoder_seanet")
+
+
+def hf_mimi_stages(hf_model) -> dict[str, str]:
+    """Where each stage of ``hf_model`` (a transformers ``MimiModel``) sits in its module tree.
+
+    Read from the installed model, not from one transformers version's names: the SEANet
+    encoder / decoder are the ``MimiEncoder`` / ``MimiDecoder`` modules, the transformers the
+    two ``MimiTransformerModel`` (named ``encoder_transformer`` / ``decoder_transformer``), the
+    resampling convs the modules named ``downsample`` / ``upsample``, the quantizer the
+    ``MimiSplitResidualVectorQuantizer``.
+
+    Returns
+    -------
+    dict of str to str
+        Stage (:data:`STAGES`) -> qualified module name (``"encoder"`` on transformers 5.17,
+        ``"encoder.encoder_seanet"`` on 5.24; the resampling convs are absent when the
+        config has none).
+
+    Raises
+    ------
+    porting_kit.errors.InputError
+        A SEANet / transformer / quantizer stage is missing or found twice.
+    """
+    from porting_kit.errors import InputError
+
+    by_class = {"MimiEncoder": "encoder_seanet", "MimiDecoder": "decoder_seanet",
+                "MimiSplitResidualVectorQuantizer": "quantizer"}
+    found: dict[str, list[str]] = {}
+    for name, mod in hf_model.named_modules():
+        cls, last = type(mod).__name__, name.rsplit(".", 1)[-1]
+        if cls in by_class:
+            stage = by_class[cls]
+        elif cls == "MimiTransformerModel" and last in ("encoder_transformer", "decoder_transformer"):
+            stage = last
+        elif last in ("downsample", "upsample") and hasattr(mod, "conv"):
+            stage = last
+        else:
+            continue
+        found.setdefault(stage, []).append(name)
+    bad = [s for s in STAGES if len(found.get(s, ())) != 1 and s not in ("downsample", "upsample")]
+    if bad:
+        raise InputError(f"Mimi conversion: the transformers MimiModel has no single module for "
+                         f"{', '.join(bad)} (found {found})")
+    return {stage: names[0] for stage, names in found.items()}
 
 
 def import_moshi():
@@ -80,8 +136,18 @@ def import_moshi():
     return compression
 
 
-def moshi_name_to_hf(name: str) -> str:
-    """The transformers state-dict name of a moshi Mimi state-dict name (the table above)."""
+def moshi_name_to_hf(name: str, stages: dict[str, str]) -> str:
+    """The transformers state-dict name of a moshi Mimi state-dict name (the table above).
+
+    ``stages`` is :func:`hf_mimi_stages` of the transformers model: each moshi part lands in
+    the stage where the installed transformers keeps it. A name no stage claims is returned
+    unchanged (the caller reports it).
+    """
+    for pattern, stage, inner in _MOSHI_STAGES:
+        m = pattern.match(name)
+        if m is not None and stage(m) in stages:
+            name = f"{stages[stage(m)]}.{inner}{name[m.end():]}"
+            break
     for pattern, repl in _MOSHI_TO_HF:
         name = pattern.sub(repl, name)
     return name
@@ -94,7 +160,8 @@ def _unpermute_rotary(w, n_heads: int):
     return w.reshape(n_heads, 2, rows // n_heads // 2, cols).transpose(1, 2).reshape(rows, cols)
 
 
-def convert_hf_to_moshi(hf_state_dict: dict[str, Any], moshi_model, config) -> dict[str, Any]:
+def convert_hf_to_moshi(hf_state_dict: dict[str, Any], moshi_model, config,
+                        stages: dict[str, str]) -> dict[str, Any]:
     """Convert a transformers ``MimiModel`` state dict to ``moshi_model``'s names.
 
     Parameters
@@ -104,6 +171,8 @@ def convert_hf_to_moshi(hf_state_dict: dict[str, Any], moshi_model, config) -> d
         From :func:`build_moshi_mimi`; only its state-dict names and shapes are read.
     config : transformers.MimiConfig
         Head counts for the fused q/k/v projection.
+    stages : dict of str to str
+        :func:`hf_mimi_stages` of the model ``hf_state_dict`` comes from.
 
     Returns
     -------
@@ -121,7 +190,7 @@ def convert_hf_to_moshi(hf_state_dict: dict[str, Any], moshi_model, config) -> d
 
     out = {}
     for name, tensor in moshi_model.state_dict().items():
-        hf_name = moshi_name_to_hf(name)
+        hf_name = moshi_name_to_hf(name, stages)
         if hf_name.endswith(".self_attn.in_projs.0.weight"):
             base = hf_name[: -len("in_projs.0.weight")]
             q = _unpermute_rotary(hf_state_dict[base + "q_proj.weight"], config.num_attention_heads)

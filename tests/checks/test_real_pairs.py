@@ -59,18 +59,52 @@ def test_mimi_op_order_growth_is_judged_against_the_reference_noise_floor():
 
 
 @needs_moshi
-@pytest.mark.parametrize("variant, reference, candidate", [
-    ("kernel_flip", "decoder.decoder_seanet.layers.3.block.1.conv", "decoder.model.3.block.1.conv.conv"),
-    ("upsample_scale", "decoder.upsample.conv", "upsample.convtr.convtr.convtr"),
-    ("no_permutation", "decoder.decoder_transformer.layers.0.self_attn",
+@pytest.mark.parametrize("variant, stage, reference, candidate", [
+    ("kernel_flip", "decoder_seanet", "layers.3.block.1.conv", "decoder.model.3.block.1.conv.conv"),
+    ("upsample_scale", "upsample", "conv", "upsample.convtr.convtr.convtr"),
+    ("no_permutation", "decoder_transformer", "layers.0.self_attn",
      "decoder_transformer.transformer.layers.0.self_attn"),
     # 2e-5 relative in one conv of the op-order roundtrip: ~20x the noise floor there
-    ("roundtrip_small_scale", "encoder.encoder_seanet.layers.4.block.3.conv", "encoder.model.4.block.3.conv.conv"),
+    ("roundtrip_small_scale", "encoder_seanet", "layers.4.block.3.conv", "encoder.model.4.block.3.conv.conv"),
 ])
-def test_mimi_planted_conversion_faults_are_located(variant, reference, candidate):
+def test_mimi_planted_conversion_faults_are_located(variant, stage, reference, candidate):
     rep = run_check(MIMI, variant=variant, only="parity")
     (fd,) = rep.by_code("parity.first_divergence")
-    assert (fd.where.reference, fd.where.candidate) == (reference, candidate)
+    # the stage's path is the installed transformers' (decoder.layers on 5.17, decoder.decoder_seanet.layers on 5.24)
+    assert (fd.where.reference, fd.where.candidate) == (f"{_mimi_stages()[stage]}.{reference}", candidate)
+
+
+def _mimi_stages():
+    from porting_kit.adapters.mimi_moshi import build_hf_mimi, hf_mimi_stages
+
+    spec = importlib.util.spec_from_file_location("mimi_pair_for_stages", MIMI)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return hf_mimi_stages(build_hf_mimi(mod.CONFIG, mod.SEED))
+
+
+@needs_moshi
+def test_mimi_stages_are_read_from_the_installed_transformers():
+    """Every moshi tensor finds its transformers counterpart in the installed MimiModel (the module
+    paths changed between transformers 5.17 and 5.24), and a layout with a stage missing is refused."""
+    import torch
+
+    from porting_kit.adapters.mimi_moshi import build_hf_mimi, build_moshi_mimi, convert_hf_to_moshi, hf_mimi_stages
+    from porting_kit.errors import InputError
+
+    spec = importlib.util.spec_from_file_location("mimi_pair_for_names", MIMI)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    hf = build_hf_mimi(mod.CONFIG, mod.SEED)
+    stages = hf_mimi_stages(hf)
+    sd = hf.state_dict()
+    assert all(any(k.startswith(p + ".") for k in sd) for p in stages.values())
+    moshi = build_moshi_mimi(hf.config)
+    out = convert_hf_to_moshi(sd, moshi, hf.config, stages)
+    assert set(out) == set(moshi.state_dict())
+    assert torch.equal(out["decoder.model.0.conv.conv.weight"], sd[stages["decoder_seanet"] + ".layers.0.conv.weight"])
+    with pytest.raises(InputError, match="decoder_seanet"):
+        hf_mimi_stages(torch.nn.ModuleDict({"quantizer": hf.quantizer}))
 
 
 @needs_dac
@@ -113,10 +147,35 @@ def test_clean_whisper_features_pass():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("spec, variant, needs", [
     (MIMI, None, "moshi"), (MIMI, "roundtrip", "moshi"), (DAC, None, "dac"), (DAC, "codes", "dac"),
     (ENCODEC, None, "encodec"), (LLAMA, None, "llama_models")])
-def test_clean_real_pairs_pass_in_bfloat16_on_cuda(spec, variant, needs):
-    pytest.importorskip(needs, reason=f"needs {needs} (carry it to the GPU machine)")
-    rep = run_check(spec, variant=variant, device="cuda", dtype="bfloat16", only="parity")
+def test_clean_real_pairs_pass_on_cuda(spec, variant, needs, dtype):
+    # find_spec, not importorskip: ``import dac`` needs audiotools, which the adapter stubs
+    if importlib.util.find_spec(needs) is None:
+        pytest.skip(f"needs {needs} (carry it to the GPU machine)")
+    rep = run_check(spec, variant=variant, device="cuda", dtype=dtype, only="parity")
     assert _bad(rep) == []
+
+
+@pytest.mark.gpu
+@needs_dac
+@pytest.mark.parametrize("variant, reference, candidate", [
+    ("convt_flip", "decoder.block.1.conv_t1", "decoder.model.2.block.1"),
+    # 2.2e-5 relative at the conv: ~125x the reference's own float32 error there, under TF32's
+    # (1.6e-4; docs/dtype.md): located because the check computes IEEE float32 on CUDA
+    ("bias_scale", "encoder.block.0.conv1", "encoder.block.1.block.4"),
+])
+def test_dac_planted_faults_are_located_in_float32_on_cuda(variant, reference, candidate):
+    import torch
+
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True  # PyTorch's default: TF32 convs
+    try:
+        rep = run_check(DAC, variant=variant, device="cuda", dtype="float32", only="parity")
+        assert torch.backends.cudnn.allow_tf32 is True  # the user's setting is back after the check
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+    (fd,) = rep.by_code("parity.first_divergence")
+    assert (fd.where.reference, fd.where.candidate) == (reference, candidate)

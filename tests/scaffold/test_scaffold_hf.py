@@ -49,9 +49,11 @@ def test_csm_folder_weight_map_covers_every_key(csm_folder):
 
     hf = read_hf_folder(csm_folder)
     assert propose_shape(hf)[0] == "two-stage"
-    # the checkpoint lacks the tied table; the transformers model has it
+    # the transformers model has the tied table; transformers 5.24's save_pretrained leaves it out of
+    # the checkpoint, 5.17's writes it
     tied = "backbone_model.embed_tokens.embed_audio_tokens.weight"
-    assert tied not in hf.checkpoint_keys and tied in hf.state_names
+    assert tied in hf.state_names
+    assert hf.tied == {tied: "depth_decoder.model.embed_tokens.weight"}
     wm = build_weight_map(hf.checkpoint_keys, hf.state_names, hf.renamed, hf.tied, RULES["csm"])
     assert wm.skipped == {}
     assert set(hf.checkpoint_keys) <= set(wm.entries) and set(hf.state_names) <= set(wm.entries)
@@ -60,10 +62,16 @@ def test_csm_folder_weight_map_covers_every_key(csm_folder):
     assert wm.entries["depth_decoder.model.layers.0.mlp.up_proj.weight"] == (
         "depth_decoder.decoder.layers.0.mlp.gate_up_proj.weight", 1)
     assert wm.entries["depth_decoder.codebooks_head.weight"] == ("depth_decoder.codebooks_head", None)
-    assert wm.tied == {"backbone.embed_audio_tokens.weight": "depth_decoder.embed_tokens.weight"}
-    # a legacy checkpoint name transformers renames on load maps where its new name does
-    legacy = next(k for k in hf.renamed if k.startswith("codec_model."))
-    assert wm.entries[legacy] == wm.entries[hf.renamed[legacy]]
+    assert wm.entries[tied] == ("backbone.embed_audio_tokens.weight", None)
+    if tied in hf.checkpoint_keys:  # loaded from the checkpoint like any tensor
+        assert wm.tied == {}
+    else:  # filled from the depth decoder's table
+        assert wm.tied == {"backbone.embed_audio_tokens.weight": "depth_decoder.embed_tokens.weight"}
+    # a legacy checkpoint name transformers renames on load maps where its new name does (5.24 saves
+    # the Mimi codec in its legacy layout and renames it on load; 5.17 has one layout: none renamed)
+    assert set(hf.renamed) == set(hf.checkpoint_keys) - set(hf.state_names)
+    for legacy, new in hf.renamed.items():
+        assert wm.entries[legacy] == wm.entries[new]
 
 
 def test_hf_defaults_fill_the_options_and_keep_the_users(csm_folder, tmp_path):
