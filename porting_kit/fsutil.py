@@ -7,10 +7,30 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from porting_kit.errors import InputError
+
+
+@contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ctrl-C waits until the block is done (a rollback or a tree swap is never cut in half).
+
+    Off the main thread SIGINT cannot arrive there anyway, and the block runs as it is.
+    """
+    import signal
+
+    try:
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
 
 
 def backup_path(path: Path) -> Path:
@@ -360,14 +380,7 @@ class WriteTransaction:
 
     def rollback(self) -> None:
         """Undo every write of this transaction (see the class docstring)."""
-        import signal
-
-        old = None
-        try:
-            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:  # not the main thread: SIGINT cannot arrive here anyway
-            pass
-        try:
+        with sigint_ignored():
             for path, data in self._before.items():
                 try:
                     if data is None:
@@ -383,9 +396,6 @@ class WriteTransaction:
                     folder.rmdir()
                 except OSError:
                     pass
-        finally:
-            if old is not None:
-                signal.signal(signal.SIGINT, old)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is not None:
@@ -442,7 +452,6 @@ def replace_tree(root: Path, fill: Callable[[Path], None]) -> None:
     OSError
         The folder beside ``root`` cannot be written.
     """
-    import signal
 
     root = Path(root)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.pk-new-", dir=root.parent))
@@ -452,12 +461,7 @@ def replace_tree(root: Path, fill: Callable[[Path], None]) -> None:
         shutil.copytree(root, staging, symlinks=True, copy_function=_link_or_copy)
         shutil.copymode(root, staging)
         fill(staging)
-        old = None
-        try:
-            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:  # not the main thread: SIGINT cannot arrive here anyway
-            pass
-        try:
+        with sigint_ignored():
             if not _exchange(staging, root):
                 aside = staging.with_name(staging.name.replace(".pk-new-", ".pk-old-"))
                 os.rename(root, aside)
@@ -465,9 +469,6 @@ def replace_tree(root: Path, fill: Callable[[Path], None]) -> None:
                 os.rename(aside, staging)
             swapped = True
             shutil.rmtree(staging, ignore_errors=True)  # now the old tree
-        finally:
-            if old is not None:
-                signal.signal(signal.SIGINT, old)
     finally:
         if not swapped:
             shutil.rmtree(staging, ignore_errors=True)
