@@ -212,12 +212,19 @@ def examples():
 
         from porting_kit.spec import list_examples
 
-        table = Table(title="embedded examples (use --example NAME)")
-        table.add_column("name")
-        table.add_column("description", overflow="fold")
-        for name, desc in list_examples():
-            table.add_row(name, desc)
-        console.print(table)
+        rows = list_examples()
+        name_w = max(len(name) for name, _ in rows)
+        if console.is_terminal and name_w + 7 + 30 <= console.width:
+            table = Table(title="embedded examples (use --example NAME)")
+            table.add_column("name", no_wrap=True, overflow="ignore")  # a name is typed back: never cut
+            table.add_column("description", ratio=1)
+            for name, desc in rows:
+                table.add_row(escape(name), escape(desc))
+            console.print(table)
+        else:  # a log, a pipe or a narrow terminal: one example a line, the name whole
+            console.print("embedded examples (use --example NAME)", soft_wrap=True, highlight=False)
+            for name, desc in rows:
+                console.print(f"{escape(name)}  {escape(desc)}", soft_wrap=True, highlight=False)
         return 0
 
     _exit(_guard(body))

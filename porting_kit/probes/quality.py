@@ -172,7 +172,10 @@ def read_take_set(root: str | Path, prompts: dict[str, str] | None = None) -> Ta
         for _, f in found:
             y, sr = read_audio(f)
             rates.add((sr, str(f)))
-            clips.append(np.asarray(y.mean(axis=0), dtype=np.float32))
+            clip = np.asarray(y.mean(axis=0), dtype=np.float32)
+            if not np.isfinite(clip).all():
+                raise InputError(f"{f}: holds NaN or Inf samples; a take must be finite audio")
+            clips.append(clip)
         takes[pid] = clips
     distinct = sorted({r for r, _ in rates})
     if len(distinct) > 1:
@@ -522,6 +525,15 @@ def load_callable(ref: str, what: str) -> Callable[..., Any]:
         raise InputError(f"{what} {ref!r}: cannot import ({exc})") from None
     if not callable(fn):
         raise InputError(f"{what} {ref!r}: not callable")
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(None, 0)
+    except TypeError:
+        raise InputError(f"{what} {ref!r}: must take (waveform, sample_rate); its signature is "
+                         f"{inspect.signature(fn)}") from None
+    except ValueError:  # a builtin without a signature: judged when called
+        pass
     return fn
 
 

@@ -133,20 +133,29 @@ def print_quality_table(quality: dict, console: Console) -> None:
     console : rich.console.Console
         Where to print.
     """
-    table = Table(title=f"quality: {len(quality['prompts'])} prompts x {quality['takes']} takes "
-                        f"(reference {quality['sample_rates']['reference']} Hz, "
-                        f"candidate {quality['sample_rates']['candidate']} Hz)")
-    for col in ("metric (unit)", "reference spread", "candidate", "bar", "verdict", "worst prompt"):
-        table.add_column(col, overflow="fold")
-    for row in quality["metrics"]:
-        v = row["verdict"]
-        table.add_row(escape(f"{row['metric']} ({row['unit']})"), _num(row["reference_spread"]),
-                      _num(row["candidate"]), _num(row["threshold"]), f"[{_STYLE[v]}]{v.upper()}[/]",
-                      escape(row["worst_prompt"] or ""))
-    console.print(table)
+    title = (f"quality: {len(quality['prompts'])} prompts x {quality['takes']} takes "
+             f"(reference {quality['sample_rates']['reference']} Hz, "
+             f"candidate {quality['sample_rates']['candidate']} Hz)")
+    cols = ("metric (unit)", "reference spread", "candidate", "bar", "verdict", "worst prompt")
+    rows = [(f"{row['metric']} ({row['unit']})", _num(row["reference_spread"]), _num(row["candidate"]),
+             _num(row["threshold"]), row["verdict"], row["worst_prompt"] or "") for row in quality["metrics"]]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    if console.is_terminal and sum(widths) + 3 * len(cols) + 1 <= console.width:
+        table = Table(title=title)
+        for col in cols:  # no cell is ever cut or folded: a number split over two lines misreads
+            table.add_column(col, no_wrap=True, overflow="ignore")
+        for r in rows:
+            table.add_row(escape(r[0]), r[1], r[2], r[3], f"[{_STYLE[r[4]]}]{r[4].upper()}[/]", escape(r[5]))
+        console.print(table)
+    else:  # a log, a pipe or a narrow terminal: one metric a line, every figure whole
+        console.print(title, soft_wrap=True, markup=False, highlight=False)
+        for r in rows:
+            console.print(f"[{_STYLE[r[4]]}]{r[4].upper()}[/] {escape(r[0])}: reference spread {r[1]}, "
+                          f"candidate {r[2]}, bar {r[3]}" + (f", worst prompt {escape(r[5])}" if r[5] else ""),
+                          soft_wrap=True, highlight=False)
     for row in quality["metrics"]:
         if row["note"]:
-            console.print(f"{row['metric']}: {row['note']}", markup=False, highlight=False)
+            console.print(f"{row['metric']}: {row['note']}", markup=False, highlight=False, soft_wrap=True)
     console.print("bar = factor x reference spread + floor; cannot see: " + "; ".join(quality["cannot_see"]),
-                  markup=False, highlight=False)
-    console.print("hooks: " + quality["hooks"], markup=False, highlight=False)
+                  markup=False, highlight=False, soft_wrap=True)
+    console.print("hooks: " + quality["hooks"], markup=False, highlight=False, soft_wrap=True)

@@ -195,6 +195,7 @@ def test_align_pair_tells_the_same_utterance_from_another_take():
     assert not stretched.aligned and stretched.length_mismatch > 0.2
 
 
+@needs_stoi_pesq
 def test_stoi_pesq_not_applicable_with_sampling_on():
     """Takes of other seeds' draws never align: a skip note, never a fail."""
     m = measure_quality(take_set(0), take_set(1), metrics=["stoi", "pesq"])
@@ -281,3 +282,21 @@ def test_stoi_on_too_little_speech_is_not_applicable_not_a_drop():
     ref = TakeSet({"a": "x"}, {"a": [voiced(1, seconds=0.2)]}, SR, [0])
     r = measure_quality(ref, ref, metrics=["stoi"]).metrics["stoi"]
     assert r.skipped == "not applicable: stoi found too little speech in 1 aligned pair(s) (clips too short or silent)"
+
+
+def test_a_take_with_nan_samples_is_one_line_naming_the_file(tmp_path):
+    sf = pytest.importorskip("soundfile")
+    write_take_set(take_set(), tmp_path / "ref")
+    clip = take_set().takes["a"][1].copy()
+    clip[100] = np.nan
+    sf.write(tmp_path / "ref" / "a" / "take1.wav", clip, SR, subtype="FLOAT")  # float WAV keeps the NaN
+    with pytest.raises(InputError, match=r"take1\.wav: holds NaN or Inf samples"):
+        read_take_set(tmp_path / "ref")
+
+
+@pytest.mark.parametrize("ref", ["os:getcwd", "json:loads"])
+def test_an_asr_hook_of_the_wrong_signature_is_named(ref):
+    from porting_kit.probes.quality import load_callable
+
+    with pytest.raises(InputError, match=r"must take \(waveform, sample_rate\)"):
+        load_callable(ref, "--asr")
