@@ -6,7 +6,7 @@ hand-written candidate port:
 
 * references: ``LlamaForCausalLM`` (RMSNorm, stored gain applied as ``w``),
   ``Qwen3ForCausalLM`` (adds per-head ``q_norm`` / ``k_norm``), ``GemmaForCausalLM``
-  (zero-init stored gain applied as ``1 + w``); hidden 32-64, 1-2 layers, seeded random
+  (zero-init stored gain applied as ``1 + w``, embeddings scaled by sqrt(hidden)); hidden 32-64, 1-2 layers, seeded random
   weights (each built once per config: :func:`_reference`);
 * the candidate: its norm modules keep eps under ``eps`` / ``variance_epsilon`` /
   ``epsilon``, or call ``F.rms_norm`` with a literal eps; storage names HF's or Meta-like
@@ -84,7 +84,7 @@ def _reference(cfg: RefConfig):
         elif cfg.arch == "qwen3":
             model = Qwen3ForCausalLM(Qwen3Config(**common))
         else:
-            model = GemmaForCausalLM(GemmaConfig(**common, hidden_activation="gelu_pytorch_tanh"))
+            model = GemmaForCausalLM(GemmaConfig(**common, hidden_act="gelu_pytorch_tanh"))
         with torch.no_grad():  # gains away from their init, so a wrong norm would show
             centre = 0.0 if cfg.arch == "gemma" else 1.0
             for name, p in model.named_parameters():
@@ -222,25 +222,30 @@ class Layer(nn.Module):
         return x + self.mlp(n2(x))
 
 
+class ScaledEmbedding(nn.Embedding):
+    """Gemma's embeddings: scaled by sqrt(hidden) inside the module (as the reference)."""
+
+    def forward(self, input_ids):
+        return super().forward(input_ids) * torch.tensor(self.embedding_dim ** 0.5, dtype=self.weight.dtype)
+
+
 class CandidateLM(nn.Module):
     def __init__(self, cfg: RefConfig, port: Port):
         super().__init__()
         self.port, self.hidden = port, cfg.hidden
-        self.embed_tokens = nn.Embedding(VOCAB, cfg.hidden)
+        self.embed_tokens = (ScaledEmbedding if port.gemma else nn.Embedding)(VOCAB, cfg.hidden)
         self.layers = nn.ModuleList(Layer(cfg, port) for _ in range(cfg.layers))
         self.norm = _make_norm(cfg.hidden, cfg, port, "final")
         self.lm_head = nn.Linear(cfg.hidden, VOCAB, bias=False)
 
     def forward(self, input_ids):
         x = self.embed_tokens(input_ids)
-        if self.port.gemma:
-            x = x * torch.tensor(self.hidden ** 0.5, dtype=x.dtype)
         for layer in self.layers:
             x = layer(x)
         return self.lm_head(self.norm(x))
 
 
-def _convert(cfg: RefConfig, port: Port, cand_keys: set, sd: dict) -> dict:
+def _convert(cfg: RefConfig, port: Port, cand_keys: dict, sd: dict) -> dict:
     """HF state dict -> the candidate's: ``model.`` prefix dropped, Meta-like norm names,
     q/k/v fused, q/k norms dropped when the port has none, LayerNorm biases zero."""
     out = {}
@@ -254,9 +259,9 @@ def _convert(cfg: RefConfig, port: Port, cand_keys: set, sd: dict) -> dict:
         for i in range(cfg.layers):
             p = f"layers.{i}.self_attn."
             out[p + "qkv_proj.weight"] = torch.cat([out.pop(p + f"{n}_proj.weight") for n in "qkv"])
-    for k in cand_keys - out.keys():  # a LayerNorm's bias: zero
+    for k in cand_keys.keys() - out.keys():  # a LayerNorm's bias: zero
         if k.endswith(".bias"):
-            out[k] = torch.zeros(cfg.hidden)
+            out[k] = torch.zeros(cand_keys[k])
     return out
 
 
@@ -264,7 +269,7 @@ def _spec(cfg: RefConfig, port: Port) -> Spec:
     mod = types.ModuleType("norm_forms_spec")
     mod.reference = lambda: _reference(cfg)
     mod.candidate = lambda: CandidateLM(cfg, port).eval()
-    keys = set(CandidateLM(cfg, port).state_dict())
+    keys = {k: v.shape for k, v in CandidateLM(cfg, port).state_dict().items()}
     gen = torch.Generator().manual_seed(3)
     ids = torch.randint(0, VOCAB, (1, SEQ), generator=gen)
     mod.inputs = lambda: {"input_ids": ids}
