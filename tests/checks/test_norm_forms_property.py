@@ -15,11 +15,9 @@ hand-written candidate port:
   final norm, or q/k norm): ``eps`` (another eps), ``kind`` (LayerNorm with or without bias
   where the reference has RMSNorm), ``offset`` ((1 + w) on a plain-gain reference, w on a
   Gemma reference), ``placement`` (post-norm blocks), ``qk`` (Qwen3 reference, port without
-  q/k norms); and the clean twin of each construction.
-
-``norm.no_fp32_upcast`` is left out of the generator: it is visible in bfloat16 only and a
-bf16 CPU run of a random tiny model is dominated by matmul rounding (see the report of
-issue 29); the planted example ``tts:norm_no_fp32_upcast`` keeps covering it.
+  q/k norms), ``upcast`` (the variance computed in the input's dtype; the spec runs in
+  float32 and the norm probe measures each module's bfloat16 copy against float64, so no
+  bfloat16 forward of the model is needed); and the clean twin of each construction.
 
 A fault must get its exact norm code; a clean twin no fail/warn finding at all.
 :func:`tally` counts named right / vague / missed / false alarm per class.
@@ -47,9 +45,9 @@ nn = torch.nn
 F = torch.nn.functional
 VOCAB, SEQ, MAX_POS, THETA = 64, 12, 32, 1e4
 
-FAULTS = ("clean", "eps", "kind", "offset", "placement", "qk")
+FAULTS = ("clean", "eps", "kind", "offset", "placement", "qk", "upcast")
 EXPECTED = {"eps": "norm.eps_mismatch", "kind": "norm.kind_mismatch", "offset": "norm.weight_offset",
-            "placement": "norm.placement", "qk": "norm.missing_qk_norm"}
+            "placement": "norm.placement", "qk": "norm.missing_qk_norm", "upcast": "norm.no_fp32_upcast"}
 
 
 # ------------------------------------------------------------------ reference
@@ -111,10 +109,10 @@ class Port:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim, eps, eps_attr, plus_one):
+    def __init__(self, dim, eps, eps_attr, plus_one, upcast=True):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
-        self.attr, self.plus_one, self.dim = eps_attr, plus_one, dim
+        self.attr, self.plus_one, self.dim, self.upcast = eps_attr, plus_one, dim, upcast
         setattr(self, "eps" if eps_attr == "functional" else eps_attr, eps)
 
     def forward(self, x):
@@ -122,6 +120,8 @@ class RMSNorm(nn.Module):
         if self.attr == "functional":
             return self._functional(x, w)
         eps = getattr(self, self.attr)
+        if not self.upcast:  # variance in the input's dtype
+            return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
         h = x.float()
         return (w.float() * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))).to(x.dtype)
 
@@ -146,7 +146,7 @@ def _make_norm(dim: int, cfg: RefConfig, port: Port, here: str):
         plus_one = not plus_one
     if faulty and port.fault == "kind":
         return LayerNorm(dim, eps=eps, bias=port.kind == "layer")
-    return RMSNorm(dim, eps, port.eps_attr, plus_one)
+    return RMSNorm(dim, eps, port.eps_attr, plus_one, upcast=not (faulty and port.fault == "upcast"))
 
 
 def _rotate_half(x):
@@ -294,7 +294,9 @@ def case(draw):
     fault = draw(st.sampled_from(faults))
     eps_attr = draw(st.sampled_from(["eps", "variance_epsilon", "epsilon", "functional"]))
     positions = ["input", "post", "final"] + (["qk"] if arch == "qwen3" else [])
-    fault_at = draw(st.sampled_from(positions)) if fault in ("eps", "kind", "offset") else "none"
+    fault_at = draw(st.sampled_from(positions)) if fault in ("eps", "kind", "offset", "upcast") else "none"
+    if fault == "upcast" and eps_attr == "functional":  # F.rms_norm computes in float32 itself
+        eps_attr = "eps"
     cand_eps, kind = eps, "rms"
     if fault == "eps":
         cand_eps = draw(st.sampled_from([e for e in (1e-5, 1e-6, 1e-8) if e != eps]))
