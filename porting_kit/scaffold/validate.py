@@ -271,9 +271,13 @@ def check_deploy_yaml(root: Path, rel: str, schema, pipeline_ids: list[int] | No
     if not isinstance(doc, dict):
         return [_f("scaffold.unparsable", "fail", f"{rel} must be a mapping with a stages: list", rel)]
     out = deploy_key_findings(deploy_key_problems(doc, schema, text.splitlines()), rel, schema.version)
-    stages = doc.get("stages") or []
-    deploy_ids = [st["stage_id"] for st in stages if isinstance(st, dict) and "stage_id" in st] \
-        if isinstance(stages, list) else []
+    from porting_kit.scaffold import crossfile as xf
+
+    try:  # the stage ids with the base_config chain followed: the single-YAML path's reader
+        deploy_ids = xf.resolve_deploy(root / rel).stage_ids
+    except ValueError as exc:
+        return out + [_f("scaffold.unparsable", "fail", f"{rel}: {exc}", rel,
+                         "Fix the YAML (and its base_config chain).")]
     if single_stage and doc.get("async_chunk", True) is True:
         out.append(_f("scaffold.async_chunk_mismatch", "warn",
                       f"{rel}: async_chunk is on (explicitly or by default) for a single-stage pipeline; "
