@@ -598,7 +598,11 @@ def check_sglang_overrides(overrides: dict, yaml_rel: str, schema: dict[str, Any
         if key not in set(schema["pipeline_fields"]) | {"config_cls", "stages", "shared"}:
             out.append(_f("scaffold.unknown_deploy_key", "fail", f"{yaml_rel}:{_line(overrides, key)}: '{key}' is "
                           f"not a PipelineConfig field of SGLang-Omni {schema['version']}", yaml_rel, key=key))
-    for stage, body in (overrides.get("stages") or {}).items():
+    stages = overrides.get("stages") or {}
+    if not isinstance(stages, dict):
+        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel}:{_line(overrides, 'stages')}: stages: must be "
+                         "a mapping keyed by stage name", yaml_rel, "Key each override by its stage name.")]
+    for stage, body in stages.items():
         line = _line(overrides["stages"], stage)
         if stage_names and stage not in stage_names:
             out.append(_f("scaffold.unknown_stage_override", "fail",
@@ -1090,23 +1094,31 @@ def yaml_framework(path: Path) -> str | None:
     return None
 
 
+def _sglang_tree(path: Path) -> Path | None:
+    """The nearest folder above ``path`` holding ``sglang_omni/models/`` (the YAML's own tree), or None."""
+    for base in path.resolve().parents:
+        if (base / "sglang_omni" / "models").is_dir():
+            return base
+    return None
+
+
 def _sglang_config_py(path: Path, config_cls: str) -> Path | None:
-    """The ``config.py`` of the same SGLang-Omni tree that defines ``class <config_cls>`` (the YAML's
-    folder and its parent, searched a few levels down), or None."""
+    """The ``config.py`` under ``sglang_omni/models/`` of the YAML's own SGLang-Omni tree that defines
+    ``class <config_cls>``, or None (no such tree above the YAML: never another project's file)."""
     import re
 
+    root = _sglang_tree(path)
+    if root is None:
+        return None
     pattern = re.compile(rf"^class\s+{re.escape(config_cls)}\b", re.M)
-    seen = 0
-    for base in (path.parent, path.parent.parent):
-        for cand in sorted(base.glob("**/config.py")):
-            seen += 1
-            if seen > 200:
-                return None
-            try:
-                if pattern.search(cand.read_text(encoding="utf-8", errors="replace")):
-                    return cand
-            except OSError:
-                continue
+    for seen, cand in enumerate(sorted((root / "sglang_omni" / "models").glob("**/config.py"))):
+        if seen >= 200:
+            return None
+        try:
+            if pattern.search(cand.read_text(encoding="utf-8", errors="replace")):
+                return cand
+        except OSError:
+            continue
     return None
 
 
@@ -1137,6 +1149,9 @@ def sglang_file_static(path: Path) -> list[Finding]:
         return [_f("scaffold.unparsable", "fail", f"{rel}: {exc}", rel)]
     if not isinstance(doc, dict):
         return [_f("scaffold.unparsable", "fail", f"{rel} must be a mapping", rel)]
+    if isinstance(doc.get("stages"), list):
+        raise InputError(f"{path}: its `stages:` is a list, the form of a vLLM-Omni deploy; SGLang-Omni's "
+                         "overrides key stages by name (use --framework vllm-omni)")
     out = [_f("scaffold.tier", "skip", f"tier: stored schema sglang-omni {schema.get('version')} "
               f"({so.SCHEMA_FILE.name}) for the single file {rel}; the real framework loads a scaffold "
               "folder (porting-kit validate DIR)", rel, tier="stored", version=schema.get("version"),
@@ -1151,7 +1166,8 @@ def sglang_file_static(path: Path) -> list[Finding]:
     out += check_sglang_overrides(doc, rel, schema, [n for n in stage_names if n])
     if not any(f.status == "fail" for f in out):
         note = (f"stage names read from {config_py}" if config_py is not None
-                else "no config.py of its tree defines its config_cls: keys only")
+                else "no config.py of its tree defines its config_cls: keys only" if _sglang_tree(path)
+                else "not inside an SGLang-Omni tree (no sglang_omni/models/ above it): keys only")
         out.append(_f("scaffold.ok", "pass", f"{rel}: SGLang-Omni overrides YAML passed static validation "
                       f"({note})", rel, framework="sglang-omni", config_py=str(config_py or "")))
     return out
