@@ -1546,10 +1546,30 @@ def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None =
                          "vLLM-Omni trees")
     else:
         findings = []
-        for manifest in _select_manifests(p, model_type):
+        manifests = _select_manifests(p, model_type)
+        for manifest in manifests:
             findings += _scaffold_tiers(p, manifest, chosen or TIERS, prefer_real=prefer_real, spec=spec,
                                         device=device)
+        note = _upstream_left_out(p, manifests) if framework == "vllm-omni" and model_type is None else None
+        if note:
+            report = Report("validate", findings, timing={"validate_s": time.perf_counter() - start})
+            report.extras["notes"] = [note]
+            return report
     return Report("validate", findings, timing={"validate_s": time.perf_counter() - start})
+
+
+def _upstream_left_out(root: Path, manifests: list[dict[str, Any]]) -> str | None:
+    """A note when a scaffolded tree (``scaffold --into``) also holds model folders the kit did not
+    generate: the manifest decides what is validated, so those are not (say how to reach them)."""
+    ours = {m.get("model_type") for m in manifests}
+    others = sorted(f.parent.name for f in (root / "vllm_omni" / "model_executor" / "models").glob("*/pipeline.py")
+                    if f.parent.name not in ours)
+    if not others:
+        return None
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return (f"note: validated the kit's scaffold ({', '.join(sorted(map(str, ours)))}) from {root.name}/.porting-kit; "
+            f"the tree's other model folders ({shown}) were not: validate one by its folder "
+            "(porting-kit validate <tree>/vllm_omni/model_executor/models/NAME --framework vllm-omni)")
 
 
 # -- run tier ---------------------------------------------------------------------------------

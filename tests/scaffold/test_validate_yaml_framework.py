@@ -86,3 +86,22 @@ def test_a_lone_sglang_yaml_is_never_paired_with_another_trees_config(trees, tmp
     nested.parent.mkdir()
     nested.write_text(lone.read_text())
     assert validate(nested, ["static"]).codes("fail") == ["scaffold.unknown_stage_override"]
+
+
+def test_a_scaffolded_tree_says_its_other_model_folders_were_not_validated(trees, tmp_path, capsys):
+    """validate TREE --framework vllm-omni after scaffold --into: the manifest decides, and a note on
+    stderr names the upstream folders left out (silently dropped before)."""
+    import shutil
+
+    _, vllm = trees
+    tree = shutil.copytree(vllm, tmp_path / "tree")
+    assert cli(["validate", str(tree), "--framework", "vllm-omni", "--static"]) == 0
+    assert "were not" not in capsys.readouterr().err  # only the kit's own folder: nothing left out
+    other = tree / "vllm_omni/model_executor/models/upstream_tts/pipeline.py"
+    other.parent.mkdir()
+    other.write_text("")
+    report = validate(tree, ["static"], framework="vllm-omni")
+    assert report.status == "pass"
+    assert len(report.extras["notes"]) == 1 and "(upstream_tts) were not" in report.extras["notes"][0]
+    assert cli(["validate", str(tree), "--framework", "vllm-omni", "--static"]) == 0
+    assert "(upstream_tts) were not" in capsys.readouterr().err
