@@ -580,6 +580,8 @@ def validate(path: Path | None = typer.Argument(None, metavar="PATH", show_defau
                               framework=framework.value if framework is not None else None)
         ran = ",".join(chosen) if chosen else "all"
         print_report(report, _report_console(json_path), title=f"porting-kit validate ({ran})")
+        for note in report.extras.get("notes", ()):
+            typer.echo(note, err=True)
         _write_json(report, json_path)
         return report.exit_code
 

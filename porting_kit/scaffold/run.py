@@ -242,6 +242,15 @@ def _load_tree(root: Path, manifest: dict[str, Any]) -> _Tree:
     pkg = types.ModuleType(package)
     pkg.__path__ = [str(root / "vllm_omni")]
     sys.modules[package] = pkg
+    # the framework's own package __init__s (a tree after scaffold --into: models/__init__.py imports
+    # registry.py, which imports vllm) are not run: their folders are bare packages, as in a --out tree,
+    # so the generated files load through their seam (real vLLM or its stand-ins) either way
+    for sub in ("model_executor", "model_executor.models", "model_executor.stage_input_processors"):
+        folder = root / "vllm_omni" / sub.replace(".", "/")
+        if folder.is_dir():
+            bare = types.ModuleType(f"{package}.{sub}")
+            bare.__path__ = [str(folder)]
+            sys.modules[bare.__name__] = bare
     base = f"{package}.model_executor.models.{m}"
     try:
         seam = _import(f"{base}._vllm_seam", root, 0, "_vllm_seam.py")

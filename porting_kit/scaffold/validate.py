@@ -271,9 +271,13 @@ def check_deploy_yaml(root: Path, rel: str, schema, pipeline_ids: list[int] | No
     if not isinstance(doc, dict):
         return [_f("scaffold.unparsable", "fail", f"{rel} must be a mapping with a stages: list", rel)]
     out = deploy_key_findings(deploy_key_problems(doc, schema, text.splitlines()), rel, schema.version)
-    stages = doc.get("stages") or []
-    deploy_ids = [st["stage_id"] for st in stages if isinstance(st, dict) and "stage_id" in st] \
-        if isinstance(stages, list) else []
+    from porting_kit.scaffold import crossfile as xf
+
+    try:  # the stage ids with the base_config chain followed: the single-YAML path's reader
+        deploy_ids = xf.resolve_deploy(root / rel).stage_ids
+    except ValueError as exc:
+        return out + [_f("scaffold.unparsable", "fail", f"{rel}: {exc}", rel,
+                         "Fix the YAML (and its base_config chain).")]
     if single_stage and doc.get("async_chunk", True) is True:
         out.append(_f("scaffold.async_chunk_mismatch", "warn",
                       f"{rel}: async_chunk is on (explicitly or by default) for a single-stage pipeline; "
@@ -594,7 +598,11 @@ def check_sglang_overrides(overrides: dict, yaml_rel: str, schema: dict[str, Any
         if key not in set(schema["pipeline_fields"]) | {"config_cls", "stages", "shared"}:
             out.append(_f("scaffold.unknown_deploy_key", "fail", f"{yaml_rel}:{_line(overrides, key)}: '{key}' is "
                           f"not a PipelineConfig field of SGLang-Omni {schema['version']}", yaml_rel, key=key))
-    for stage, body in (overrides.get("stages") or {}).items():
+    stages = overrides.get("stages") or {}
+    if not isinstance(stages, dict):
+        return out + [_f("scaffold.unparsable", "fail", f"{yaml_rel}:{_line(overrides, 'stages')}: stages: must be "
+                         "a mapping keyed by stage name", yaml_rel, "Key each override by its stage name.")]
+    for stage, body in stages.items():
         line = _line(overrides["stages"], stage)
         if stage_names and stage not in stage_names:
             out.append(_f("scaffold.unknown_stage_override", "fail",
@@ -1086,23 +1094,31 @@ def yaml_framework(path: Path) -> str | None:
     return None
 
 
+def _sglang_tree(path: Path) -> Path | None:
+    """The nearest folder above ``path`` holding ``sglang_omni/models/`` (the YAML's own tree), or None."""
+    for base in path.resolve().parents:
+        if (base / "sglang_omni" / "models").is_dir():
+            return base
+    return None
+
+
 def _sglang_config_py(path: Path, config_cls: str) -> Path | None:
-    """The ``config.py`` of the same SGLang-Omni tree that defines ``class <config_cls>`` (the YAML's
-    folder and its parent, searched a few levels down), or None."""
+    """The ``config.py`` under ``sglang_omni/models/`` of the YAML's own SGLang-Omni tree that defines
+    ``class <config_cls>``, or None (no such tree above the YAML: never another project's file)."""
     import re
 
+    root = _sglang_tree(path)
+    if root is None:
+        return None
     pattern = re.compile(rf"^class\s+{re.escape(config_cls)}\b", re.M)
-    seen = 0
-    for base in (path.parent, path.parent.parent):
-        for cand in sorted(base.glob("**/config.py")):
-            seen += 1
-            if seen > 200:
-                return None
-            try:
-                if pattern.search(cand.read_text(encoding="utf-8", errors="replace")):
-                    return cand
-            except OSError:
-                continue
+    for seen, cand in enumerate(sorted((root / "sglang_omni" / "models").glob("**/config.py"))):
+        if seen >= 200:
+            return None
+        try:
+            if pattern.search(cand.read_text(encoding="utf-8", errors="replace")):
+                return cand
+        except OSError:
+            continue
     return None
 
 
@@ -1133,6 +1149,9 @@ def sglang_file_static(path: Path) -> list[Finding]:
         return [_f("scaffold.unparsable", "fail", f"{rel}: {exc}", rel)]
     if not isinstance(doc, dict):
         return [_f("scaffold.unparsable", "fail", f"{rel} must be a mapping", rel)]
+    if isinstance(doc.get("stages"), list):
+        raise InputError(f"{path}: its `stages:` is a list, the form of a vLLM-Omni deploy; SGLang-Omni's "
+                         "overrides key stages by name (use --framework vllm-omni)")
     out = [_f("scaffold.tier", "skip", f"tier: stored schema sglang-omni {schema.get('version')} "
               f"({so.SCHEMA_FILE.name}) for the single file {rel}; the real framework loads a scaffold "
               "folder (porting-kit validate DIR)", rel, tier="stored", version=schema.get("version"),
@@ -1147,7 +1166,8 @@ def sglang_file_static(path: Path) -> list[Finding]:
     out += check_sglang_overrides(doc, rel, schema, [n for n in stage_names if n])
     if not any(f.status == "fail" for f in out):
         note = (f"stage names read from {config_py}" if config_py is not None
-                else "no config.py of its tree defines its config_cls: keys only")
+                else "no config.py of its tree defines its config_cls: keys only" if _sglang_tree(path)
+                else "not inside an SGLang-Omni tree (no sglang_omni/models/ above it): keys only")
         out.append(_f("scaffold.ok", "pass", f"{rel}: SGLang-Omni overrides YAML passed static validation "
                       f"({note})", rel, framework="sglang-omni", config_py=str(config_py or "")))
     return out
@@ -1526,10 +1546,30 @@ def validate(path: str | Path, tiers: str | list[str] | tuple[str, ...] | None =
                          "vLLM-Omni trees")
     else:
         findings = []
-        for manifest in _select_manifests(p, model_type):
+        manifests = _select_manifests(p, model_type)
+        for manifest in manifests:
             findings += _scaffold_tiers(p, manifest, chosen or TIERS, prefer_real=prefer_real, spec=spec,
                                         device=device)
+        note = _upstream_left_out(p, manifests) if framework == "vllm-omni" and model_type is None else None
+        if note:
+            report = Report("validate", findings, timing={"validate_s": time.perf_counter() - start})
+            report.extras["notes"] = [note]
+            return report
     return Report("validate", findings, timing={"validate_s": time.perf_counter() - start})
+
+
+def _upstream_left_out(root: Path, manifests: list[dict[str, Any]]) -> str | None:
+    """A note when a scaffolded tree (``scaffold --into``) also holds model folders the kit did not
+    generate: the manifest decides what is validated, so those are not (say how to reach them)."""
+    ours = {m.get("model_type") for m in manifests}
+    others = sorted(f.parent.name for f in (root / "vllm_omni" / "model_executor" / "models").glob("*/pipeline.py")
+                    if f.parent.name not in ours)
+    if not others:
+        return None
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return (f"note: validated the kit's scaffold ({', '.join(sorted(map(str, ours)))}) from {root.name}/.porting-kit; "
+            f"the tree's other model folders ({shown}) were not: validate one by its folder "
+            "(porting-kit validate <tree>/vllm_omni/model_executor/models/NAME --framework vllm-omni)")
 
 
 # -- run tier ---------------------------------------------------------------------------------

@@ -166,3 +166,17 @@ def test_example_config_runs_on_cuda(tmp_path, shape):
     findings = run_tier(root, load_manifests(root)[0], device="cuda")
     assert _codes(findings) == ["run.ok"], [(f.code, f.message) for f in findings]
     assert findings[0].evidence["device"] == "cuda" and findings[0].evidence["requests"] == 4
+
+
+def test_framework_package_inits_needing_vllm_do_not_fail_the_run(tmp_path):
+    """After scaffold --into a vLLM-Omni checkout, models/__init__.py imports registry.py, which
+    imports vllm: without vLLM the run still drives the generated files through their stand-ins
+    (run.ok), as for --out, never run.stage_exception on the framework's own import."""
+    root = make_scaffold(tmp_path, "single-stage-ar")
+    for rel, text in {"vllm_omni/model_executor/__init__.py": "from . import models  # noqa\n",
+                      "vllm_omni/model_executor/models/__init__.py": "from .registry import OmniModelRegistry\n",
+                      "vllm_omni/model_executor/models/registry.py":
+                          "import vllm_not_installed_here  # noqa\nOmniModelRegistry = None\n"}.items():
+        (root / rel).write_text(text)
+    findings = _run(root)
+    assert _codes(findings) == ["run.ok"], [(f.code, f.message) for f in findings]

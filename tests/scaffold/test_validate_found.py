@@ -210,3 +210,18 @@ def test_vllm_omni_0_30_shipped_tts_folders_have_no_fail_finding(tmp_path):
     ming = validate(planted / "vllm_omni/model_executor/models/ming_flash_omni", ["consistency"],
                     framework="vllm-omni")
     assert "consistency.field_dropped" in ming.codes("fail")
+
+
+def test_a_deploy_overlay_is_read_with_its_base_config(tree):
+    """bagel_think.yaml of vLLM-Omni 0.30.0 is ``base_config: bagel.yaml`` + ``pipeline:``: its stage
+    ids are the base's, not [] (a false scaffold.stage_id_mismatch before)."""
+    deploy = tree / "vllm_omni/deploy"
+    (deploy / "tiny_base.yaml").write_text(DEPLOY, encoding="utf-8")
+    (deploy / "tiny_tts.yaml").write_text("base_config: tiny_base.yaml\npipeline: tiny_tts\n", encoding="utf-8")
+    report = validate(tree / "vllm_omni/model_executor/models/tiny_tts", ["static"], framework="vllm-omni",
+                      model_type="tiny_tts")
+    assert report.codes("fail") == [], [f.message for f in report.findings if f.status == "fail"]
+    # the chain is followed, not ignored: a base without stage 1 is still a mismatch
+    (deploy / "tiny_base.yaml").write_text(SOLO, encoding="utf-8")
+    report = validate(tree, ["static"], framework="vllm-omni", model_type="tiny_tts")
+    assert "scaffold.stage_id_mismatch" in report.codes("fail")
