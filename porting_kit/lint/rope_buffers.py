@@ -1,9 +1,11 @@
 """PK7xx RoPE buffers that nobody re-initialises after a meta-device build (PK701); RoPE
 config keys read with a fallback that transformers 5 moved (PK702).
 
-PK702: ``getattr(config, "rope_theta", 10000.0)`` (or ``"rope_scaling"``) with a
-non-``None`` default, in a file whose code never reads ``rope_parameters`` (an attribute,
-name or key; a comment or docstring naming it reads nothing). transformers 5
+PK702: a ``rope_theta`` (or ``rope_scaling``) read whose absence falls back to a literal
+(``getattr(config, "rope_theta", 10000.0)``, ``getattr(...) or 10000.0``, a ``hasattr``
+conditional, ``try`` / ``except AttributeError``), in a file whose code never reads
+``rope_parameters`` (an attribute, name, key, getattr / hasattr / ``in`` test or a
+``*rope_parameters*`` call; a comment, docstring or plain string naming it reads nothing). transformers 5
 keeps both under ``config.rope_parameters``; the attribute lookup falls back and the
 port runs with the default base (``rope.theta_mismatch`` at check time).
 
