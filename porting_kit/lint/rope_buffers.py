@@ -178,8 +178,27 @@ def _catches_absence(handler: ast.ExceptHandler) -> bool:
     return any(dotted(k).rpartition(".")[2] in _ABSENCE_ERRORS for k in kinds)
 
 
-def _assigns_literal(stmts: list[ast.stmt]) -> bool:
-    return any(s.__class__ in (ast.Assign, ast.AnnAssign) and _literal(s.value) for s in stmts)
+def _targets(stmt: ast.stmt) -> list[str]:
+    targets = stmt.targets if stmt.__class__ is ast.Assign else [stmt.target]
+    return [dotted(t) for t in targets]
+
+
+def _literal_targets(stmts: list[ast.stmt]) -> set[str]:
+    """Targets the statements assign a literal to (``theta = 10000.0`` -> {"theta"})."""
+    return {t for s in stmts if s.__class__ in (ast.Assign, ast.AnnAssign) and _literal(s.value)
+            for t in _targets(s)}
+
+
+def _reads_into(stmts: list[ast.stmt], fallback: set[str]):
+    """(read, key) for each moved-key read assigned to a target that ``fallback`` also names."""
+    for stmt in stmts:
+        if stmt.__class__ not in (ast.Assign, ast.AnnAssign) or stmt.value is None \
+                or not fallback.intersection(_targets(stmt)):
+            continue
+        for sub in ast.walk(stmt.value):
+            key = _attr_read_key(sub)
+            if key is not None:
+                yield sub, key
 
 
 def _fallbacks(tree: ast.AST):
@@ -209,19 +228,16 @@ def _fallbacks(tree: ast.AST):
                     yield read, key
             else:
                 read, other = (node.body, node.orelse) if positive else (node.orelse, node.body)
-                if other and _assigns_literal(other):
-                    for stmt in read:
-                        for sub in ast.walk(stmt):
-                            if _attr_read_key(sub) == key:
-                                yield sub, key
-        elif cls is ast.Try or cls.__name__ == "TryStar":
-            if not any(_catches_absence(h) and _assigns_literal(h.body) for h in node.handlers):
-                continue
-            for stmt in node.body:
-                for sub in ast.walk(stmt):
-                    key = _attr_read_key(sub)
-                    if key is not None:
+                for sub, sub_key in _reads_into(read, _literal_targets(other)):
+                    if sub_key == key:
                         yield sub, key
+        elif cls is ast.Try or cls.__name__ == "TryStar":
+            fallback = set()
+            for handler in node.handlers:
+                if _catches_absence(handler):
+                    fallback |= _literal_targets(handler.body)
+            if fallback:
+                yield from _reads_into(node.body, fallback)
 
 
 def on_module(lin) -> None:

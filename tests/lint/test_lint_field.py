@@ -256,3 +256,21 @@ def test_pk702_only_code_reading_rope_parameters_silences_it(tmp_path, silencer,
         assert (rc, out) == (0, "")
     else:
         assert out.startswith(f"{path}:3:") and " PK702 " in out and len(out.splitlines()) == 1, out
+
+
+def test_pk702_fallback_must_land_where_the_read_lands(tmp_path):
+    """A handler or else branch that assigns a literal to some other name is no fallback for the read."""
+    rc, out, _ = _lint(tmp_path, """
+        def rope_base(config, module):
+            try:
+                theta = config.rope_theta
+                dim = module.head_dim
+            except AttributeError:
+                dim = 64
+            if hasattr(config, "rope_theta"):
+                base = config.rope_theta
+            else:
+                scale = 1.0
+            return theta, dim, base, scale
+        """)
+    assert (rc, out) == (0, "")
