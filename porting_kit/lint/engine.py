@@ -407,6 +407,8 @@ class Linter:
         """
         self.generic(self.tree)
         global_rng.on_scope_exit(self, self.frame)
+        if self.model_code and "PK702" in self.enabled:
+            rope_buffers.on_module(self)
         if self.marks is not None:
             test_markers.on_file_end(self)
         return self.findings

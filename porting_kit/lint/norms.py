@@ -11,7 +11,9 @@ whatever the checkpoint's config says (Qwen-style q/k norms copied from another 
 PKN102: a ``(1 + w)`` gain on a plain-gain weight. A weight initialised to ones (a plain
 gain, as the checkpoint stores it) used as ``1 + self.weight`` / ``self.weight + 1``
 (Gemma's zero-centred convention) doubles the scale. Read per class:
-``nn.Parameter(torch.ones(d))`` in ``__init__`` against the ``1 +`` in the forward. The
+``nn.Parameter(torch.ones(d))`` in ``__init__`` against the ``1 +`` in the forward, directly or
+through a simple local alias (``w = self.weight`` ... ``(1.0 + w)``: a name bound only to that
+weight in the function). The
 reverse (zeros used as a plain gain) is not flagged: residual forms such as ConvNeXt-V2's
 GRN (``gamma * y + beta + x``) start at zeros on purpose.
 
@@ -166,10 +168,47 @@ def _is_one(node: ast.AST) -> bool:
     return node.__class__ is ast.Constant and not isinstance(node.value, bool) and node.value == 1
 
 
+def _receiver(node: ast.AST) -> str:
+    """``self.w`` for ``self.w`` / ``self.w.float()`` / ``self.w.to(x.dtype)`` (one method call
+    peeled), else the dotted text."""
+    return dotted(node.func.value if node.__class__ is ast.Call and node.func.__class__ is ast.Attribute else node)
+
+
+def _weight_aliases(func: ast.AST, weights: dict[str, str]) -> dict[str, str]:
+    """Simple local aliases of a weight in ``func``: ``w = self.weight`` (or ``self.weight.float()``)
+    -> {"w": "weight"}; a name bound anything else anywhere in the function is no alias."""
+    bound: dict[str, set] = {}
+    for node in own_nodes(func):
+        cls = node.__class__
+        if cls is ast.Assign or cls is ast.AnnAssign:
+            targets = node.targets if cls is ast.Assign else [node.target]
+            for t in targets:
+                for sub in ast.walk(t):
+                    if sub.__class__ is ast.Name:
+                        text = _receiver(node.value) if node.value is not None and t is sub else "?"
+                        w = text[5:] if text.startswith("self.") and text[5:] in weights else None
+                        bound.setdefault(sub.id, set()).add(w)
+        elif cls in (ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr,
+                     ast.comprehension):
+            for field in ("target", "optional_vars"):
+                for item in ([node] if cls not in (ast.With, ast.AsyncWith) else node.items):
+                    t = getattr(item, field, None)
+                    for sub in ast.walk(t) if t is not None else ():
+                        if sub.__class__ is ast.Name:
+                            bound.setdefault(sub.id, set()).add(None)
+    args = func.args
+    for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+        if a is not None:
+            bound.setdefault(a.arg, set()).add(None)
+    return {name: next(iter(ws)) for name, ws in bound.items() if len(ws) == 1 and None not in ws}
+
+
 def _offset_gain_uses(func: ast.AST, weights: dict[str, str]) -> list[tuple[ast.AST, str]]:
-    """``1 + self.w`` / ``self.w + 1`` (also ``self.w.float() + 1``) -> (node, w); none under a
-    condition (``1 + w if self.offset else w``, an ``if`` block): a module that picks its gain
-    convention from a flag handles both."""
+    """``1 + self.w`` / ``self.w + 1`` (also ``self.w.float() + 1``, and through a simple local
+    alias ``w = self.w`` ... ``1 + w``) -> (node, w); none under a condition (``1 + w if
+    self.offset else w``, an ``if`` block): a module that picks its gain convention from a flag
+    handles both."""
+    aliases = _weight_aliases(func, weights)
     conditional = set()
     for node in own_nodes(func):
         if node.__class__ is ast.IfExp:
@@ -181,8 +220,10 @@ def _offset_gain_uses(func: ast.AST, weights: dict[str, str]) -> list[tuple[ast.
         if node.__class__ is ast.BinOp and node.op.__class__ is ast.Add and id(node) not in conditional:
             for a, b in ((node.left, node.right), (node.right, node.left)):
                 if _is_one(a):
-                    text = dotted(b.func.value if b.__class__ is ast.Call and b.func.__class__ is ast.Attribute
-                                  else b)
+                    text = _receiver(b)
+                    if text in aliases:
+                        out.append((node, aliases[text]))
+                        continue
                     for w in weights:
                         if text == f"self.{w}":
                             out.append((node, w))

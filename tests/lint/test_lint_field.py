@@ -139,3 +139,138 @@ def test_pk701_meta_hint_and_reinit_read_the_ast(tmp_path):
                                         "    def _init_weights(self, module):\n"
                                         "        module.inv_freq = module.compute()\n")
     assert (rc, out) == (0, "")
+
+
+#: (bad, line, good): PK702 holds for the class "a rope_theta read whose absence falls back to a
+#: literal" (issue 29, point 4): the getattr default, an ``or`` literal, a hasattr conditional
+#: (expression or statement) and try / except AttributeError; each twin reads rope_parameters.
+PK702_CLASS = [
+    ("""
+        class Attention:
+            def __init__(self, config):
+                self.base = getattr(config, "rope_theta", None) or 10000.0
+        """, 3, """
+        class Attention:
+            def __init__(self, config):
+                self.base = getattr(config, "rope_parameters", None)["rope_theta"] or 10000.0
+        """),
+    ("""
+        class Attention:
+            def __init__(self, config):
+                self.base = config.rope_theta if hasattr(config, "rope_theta") else 10000.0
+        """, 3, """
+        class Attention:
+            def __init__(self, config):
+                self.base = config.rope_parameters["rope_theta"] if hasattr(config, "rope_parameters") else 1e4
+        """),
+    ("""
+        class Attention:
+            def __init__(self, config):
+                self.base = 10000.0 if not hasattr(config, "rope_theta") else config.rope_theta
+        """, 3, """
+        class Attention:
+            def __init__(self, config):
+                self.base = 10000.0 if not hasattr(config, "rope_theta") else config.rope_theta
+                self.params = config.rope_parameters
+        """),
+    ("""
+        def rope_base(config):
+            try:
+                theta = config.rope_theta
+            except AttributeError:
+                theta = 10000.0
+            return theta
+        """, 3, """
+        def rope_base(config):
+            try:
+                theta = config.rope_parameters["rope_theta"]
+            except KeyError:
+                theta = 10000.0
+            return theta
+        """),
+    ("""
+        def rope_scaling(config):
+            if hasattr(config, "rope_scaling"):
+                scaling = config.rope_scaling
+            else:
+                scaling = {}
+            return scaling
+        """, 3, """
+        def rope_scaling(config):
+            if "rope_parameters" in config.to_dict():
+                scaling = config.to_dict()["rope_type"]
+            elif hasattr(config, "rope_scaling"):
+                scaling = config.rope_scaling
+            else:
+                scaling = {}
+            return scaling
+        """),
+]
+
+
+@pytest.mark.parametrize("bad,line,good", PK702_CLASS, ids=[f"PK702-class-{i}" for i in range(len(PK702_CLASS))])
+def test_pk702_holds_for_the_class_of_fallback_reads(tmp_path, bad, line, good):
+    rc, out, path = _lint(tmp_path, bad)
+    lines = out.splitlines()
+    assert rc == 0 and len(lines) == 1 and lines[0].startswith(f"{path}:{line}:") and " PK702 " in lines[0], out
+    assert _lint(tmp_path, good)[:2] == (0, "")
+
+
+def test_pk702_reads_without_a_literal_fallback_are_left_alone(tmp_path):
+    """No fallback (the read raises), a None default, a non-literal ``or``: not this rule's class."""
+    rc, out, _ = _lint(tmp_path, """
+        class Attention:
+            def __init__(self, config):
+                self.a = config.rope_theta
+                self.b = getattr(config, "rope_theta", None)
+                self.c = getattr(config, "rope_theta", None) or config.default_theta
+                try:
+                    self.d = config.rope_theta
+                except AttributeError:
+                    raise ValueError("rope_theta missing")
+        """)
+    assert (rc, out) == (0, "")
+
+
+@pytest.mark.parametrize("silencer,silences", [
+    ('self.note = "rope_parameters"', False),
+    ('logger.info("see rope_parameters")', False),
+    ('self.params = config.rope_parameters', True),
+    ('self.params = cfg["rope_parameters"]', True),
+    ('self.params = getattr(config, "rope_parameters", None)', True),
+    ('self.params = hasattr(config, "rope_parameters")', True),
+    ('self.params = "rope_parameters" in cfg', True),
+    ('self.params = compute_default_rope_parameters(config)', True),
+    ('self.params = rope_parameters', True),
+])
+def test_pk702_only_code_reading_rope_parameters_silences_it(tmp_path, silencer, silences):
+    """A string literal that names rope_parameters (an assignment, a message) reads nothing; an
+    attribute, name, key, getattr / hasattr / ``in`` test or rope_parameters call does."""
+    rc, out, path = _lint(tmp_path, f"""
+        class Attention:
+            def __init__(self, config, cfg):
+                self.base = getattr(config, "rope_theta", 10000.0)
+                {silencer}
+        """)
+    if silences:
+        assert (rc, out) == (0, "")
+    else:
+        assert out.startswith(f"{path}:3:") and " PK702 " in out and len(out.splitlines()) == 1, out
+
+
+def test_pk702_fallback_must_land_where_the_read_lands(tmp_path):
+    """A handler or else branch that assigns a literal to some other name is no fallback for the read."""
+    rc, out, _ = _lint(tmp_path, """
+        def rope_base(config, module):
+            try:
+                theta = config.rope_theta
+                dim = module.head_dim
+            except AttributeError:
+                dim = 64
+            if hasattr(config, "rope_theta"):
+                base = config.rope_theta
+            else:
+                scale = 1.0
+            return theta, dim, base, scale
+        """)
+    assert (rc, out) == (0, "")

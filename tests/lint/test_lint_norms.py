@@ -189,3 +189,69 @@ def test_pkn_prefix_selects_only_the_norm_rules():
     from porting_kit.lint.rules import select_codes
 
     assert select_codes(["PKN"], None) == {"PKN101", "PKN102", "PKN103", "PK000"}
+
+
+#: PKN102 through a simple local alias of the weight (issue 29, point 4): (bad, line, good).
+ALIAS_CASES = [
+    ("""
+        class RMSNorm(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(dim))
+            def forward(self, x):
+                w = self.weight
+                return self._norm(x.float()) * (1 + w)
+        """, 7, """
+        class RMSNorm(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(dim))
+            def forward(self, x):
+                w = self.weight
+                return self._norm(x.float()) * w
+        """),
+    ("""
+        class RMSNorm(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(dim))
+            def forward(self, x):
+                gain = self.weight.float()
+                return (self._norm(x.float()) * (1.0 + gain)).type_as(x)
+        """, 7, """
+        class RMSNorm(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.weight = nn.Parameter(torch.zeros(dim))
+            def forward(self, x):
+                gain = self.weight.float()
+                return (self._norm(x.float()) * (1.0 + gain)).type_as(x)
+        """),
+    ("""
+        class RMSNorm(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(dim))
+            def forward(self, x):
+                w = self.weight
+                return self._norm(x.float()) * (w.float() + 1)
+        """, 7, """
+        class RMSNorm(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(dim))
+            def forward(self, x):
+                w = self.weight
+                if self.zero_centred:
+                    w = w - 1.0
+                return self._norm(x.float()) * (1 + w)
+        """),
+]
+
+
+@pytest.mark.parametrize("bad,line,good", ALIAS_CASES, ids=[f"PKN102-alias-{i}" for i in range(len(ALIAS_CASES))])
+def test_pkn102_follows_a_simple_local_alias_of_the_weight(tmp_path, bad, line, good):
+    rc, out, path = _lint(tmp_path, bad)
+    lines = out.splitlines()
+    assert rc == 1 and len(lines) == 1 and lines[0].startswith(f"{path}:{line}:") and " PKN102 " in lines[0], out
+    assert _lint(tmp_path, good)[:2] == (0, "")
