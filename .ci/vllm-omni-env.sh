@@ -15,6 +15,7 @@ V=${1:?usage: .ci/vllm-omni-env.sh VENV}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 if [ -f "$V/.ready" ]; then
   "$V/bin/pip" install --no-cache-dir -q -e "$REPO" --no-deps
+  "$V/bin/pip" install --no-cache-dir -q "hypothesis>=6.100" "packaging>=23"   # an env made before they were needed
   exit 0
 fi
 python3 -m venv "$V"
@@ -30,7 +31,7 @@ SP=$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"
 rm -f "$SP"/torchaudio/lib/*.so
 echo 'import sys, types; sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))' > "$SP/zz_torchvision_cpu_stub.pth"
 # porting-kit itself and the few packages its scaffold/validate tests use.
-PIP_CONSTRAINT="$CONS" $PIP install -q typer rich jinja2 ruamel.yaml pyyaml pytest
+PIP_CONSTRAINT="$CONS" $PIP install -q typer rich jinja2 ruamel.yaml pyyaml pytest "hypothesis>=6.100" "packaging>=23"
 $PIP install -q -e "$REPO" --no-deps
 rm -f "$CONS"
 touch "$V/.ready"
